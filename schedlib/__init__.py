@@ -1,0 +1,65 @@
+"""schedlib: schedule a Spatial/Reduce loop IR into fast CUDA kernels.
+
+Three ways fill one knob space per rule: expert rules (``sl.rules``), an analytical carver
+(``sl.carver``) and measured search (``sl.search``).  Start with::
+
+    import schedlib as sl
+    f = sl.workloads.matmul(256, 256, 256)
+    s = sl.Schedule(f)
+"""
+
+from __future__ import annotations
+
+from schedlib import workloads
+from schedlib.errors import (
+    BuildError,
+    CompileError,
+    EmulatorError,
+    ExecutionError,
+    IRError,
+    ProfileError,
+    SchedlibError,
+    ScheduleError,
+    ShapeError,
+)
+from schedlib.ir import (
+    Func,
+    Schedule,
+    Tensor,
+    Trace,
+    abs,
+    compute,
+    erf,
+    exp,
+    if_then_else,
+    log,
+    max,
+    maximum,
+    min,
+    minimum,
+    placeholder,
+    reduce_axis,
+    rsqrt,
+    run_reference,
+    sigmoid,
+    sqrt,
+    sum,
+    tanh,
+    var,
+)
+from schedlib.ir.func import make_func as _make_func
+
+__version__ = "0.1.0"
+
+
+def func(tensors: list[Tensor], name: str = "main") -> Func:
+    """Collect the stages between the given inputs (placeholders) and outputs into a Func of blocks."""
+    return _make_func(list(tensors), name)
+
+
+__all__ = [
+    "BuildError", "CompileError", "EmulatorError", "ExecutionError", "Func", "IRError", "ProfileError",
+    "SchedlibError", "Schedule", "ScheduleError", "ShapeError", "Tensor", "Trace", "__version__", "abs",
+    "compute", "erf", "exp", "func", "if_then_else", "log", "max", "maximum", "min", "minimum", "placeholder",
+    "reduce_axis", "rsqrt", "run_reference", "sigmoid", "sqrt", "sum", "tanh", "var", "workloads",
+]

@@ -1,0 +1,87 @@
+"""Scalar data types of the IR and their numpy / CUDA C spellings.
+
+bfloat16 has no numpy dtype; arrays of it are held as float32 whose values are rounded to bfloat16
+(see :func:`round_to_dtype`), which is exactly what a CUDA kernel storing ``__nv_bfloat16`` observes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from schedlib.errors import IRError
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+INT_DTYPES = ("int8", "int32", "int64")
+DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, "bool")
+
+_NUMPY = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "bfloat16": np.float32,  # storage stand-in, values rounded to bf16
+    "int8": np.int8,
+    "int32": np.int32,
+    "int64": np.int64,
+    "bool": np.bool_,
+}
+
+C_TYPES = {
+    "float32": "float",
+    "float16": "half",
+    "bfloat16": "__nv_bfloat16",
+    "int8": "signed char",
+    "int32": "int",
+    "int64": "long long",
+    "bool": "bool",
+}
+
+BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
+
+
+def check_dtype(dtype: str, what: str = "dtype") -> str:
+    """Return ``dtype`` if it is one the IR knows, else raise IRError naming it."""
+    if dtype not in DTYPES:
+        raise IRError(f"{what}={dtype!r}: unknown dtype; expected one of {', '.join(DTYPES)}")
+    return dtype
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def is_int(dtype: str) -> bool:
+    return dtype in INT_DTYPES
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype that holds values of ``dtype`` (bfloat16 is held in float32)."""
+    return np.dtype(_NUMPY[check_dtype(dtype)])
+
+
+def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Convert ``values`` to the numpy storage of ``dtype``, rounding bfloat16 to nearest even."""
+    if dtype == "bfloat16":
+        as_f32 = np.ascontiguousarray(values, dtype=np.float32)
+        bits = as_f32.view(np.uint32).astype(np.uint64)
+        rounding = ((bits >> 16) & 1) + 0x7FFF
+        rounded = ((bits + rounding) >> 16 << 16).astype(np.uint32)
+        nan = np.isnan(as_f32)
+        out = rounded.view(np.float32)
+        return np.where(nan, as_f32, out)
+    if is_int(dtype) and np.issubdtype(np.asarray(values).dtype, np.floating):
+        # C semantics of a float -> int conversion: truncate toward zero.
+        return np.trunc(values).astype(_NUMPY[dtype])
+    return np.asarray(values).astype(_NUMPY[check_dtype(dtype)], copy=False)
+
+
+def promote(a: str, b: str) -> str:
+    """The dtype of a binary arithmetic result (C-like, but half+float stays float32)."""
+    if a == b:
+        return a
+    if a == "bool":
+        return b
+    if b == "bool":
+        return a
+    rank = {"int8": 0, "int32": 1, "int64": 2, "float16": 3, "bfloat16": 3, "float32": 4}
+    if rank[a] == rank[b]:  # float16 with bfloat16: no common half type
+        return "float32"
+    return a if rank[a] > rank[b] else b

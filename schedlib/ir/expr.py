@@ -1,0 +1,342 @@
+"""Expression nodes of the IR.
+
+Nodes are frozen dataclasses, so an expression is a value: it can be hashed, compared and shared between
+schedules without copying.  Python operators build nodes (``a + b``, ``a < b``); ``==`` keeps its ordinary
+meaning (structural equality), use :func:`eq` / :func:`ne` for comparison nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from schedlib.errors import IRError
+from schedlib.ir.dtype import check_dtype, is_float, is_int, promote
+
+ExprLike = Union["Expr", int, float, bool]
+
+ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
+COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
+LOGIC_OPS = ("and", "or")
+UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs", "neg", "not", "sigmoid")
+
+
+class Expr:
+    """Base class; subclasses are frozen dataclasses with a ``dtype`` attribute."""
+
+    dtype: str
+
+    # arithmetic -------------------------------------------------------------------------------
+    def __add__(self, o: ExprLike) -> Expr:
+        return binary("+", self, o)
+
+    def __radd__(self, o: ExprLike) -> Expr:
+        return binary("+", o, self)
+
+    def __sub__(self, o: ExprLike) -> Expr:
+        return binary("-", self, o)
+
+    def __rsub__(self, o: ExprLike) -> Expr:
+        return binary("-", o, self)
+
+    def __mul__(self, o: ExprLike) -> Expr:
+        return binary("*", self, o)
+
+    def __rmul__(self, o: ExprLike) -> Expr:
+        return binary("*", o, self)
+
+    def __truediv__(self, o: ExprLike) -> Expr:
+        return binary("/", self, o)
+
+    def __rtruediv__(self, o: ExprLike) -> Expr:
+        return binary("/", o, self)
+
+    def __floordiv__(self, o: ExprLike) -> Expr:
+        return binary("//", self, o)
+
+    def __rfloordiv__(self, o: ExprLike) -> Expr:
+        return binary("//", o, self)
+
+    def __mod__(self, o: ExprLike) -> Expr:
+        return binary("%", self, o)
+
+    def __rmod__(self, o: ExprLike) -> Expr:
+        return binary("%", o, self)
+
+    def __neg__(self) -> Expr:
+        return call("neg", self)
+
+    def __lt__(self, o: ExprLike) -> Expr:
+        return binary("<", self, o)
+
+    def __le__(self, o: ExprLike) -> Expr:
+        return binary("<=", self, o)
+
+    def __gt__(self, o: ExprLike) -> Expr:
+        return binary(">", self, o)
+
+    def __ge__(self, o: ExprLike) -> Expr:
+        return binary(">=", self, o)
+
+    def __bool__(self) -> bool:
+        raise IRError(f"the truth value of expression {self} is unknown at definition time; "
+                      "use sl.if_then_else / sl.all_of instead of Python 'if'/'and'")
+
+    def astype(self, dtype: str) -> Expr:
+        """Cast to ``dtype``."""
+        return cast(dtype, self)
+
+    def __str__(self) -> str:
+        from schedlib.ir.printer import expr_str
+
+        return expr_str(self)
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Const(Expr):
+    value: int | float | bool
+    dtype: str = "int32"
+
+    def __repr__(self) -> str:
+        return f"Const({self.value!r}, {self.dtype})"
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Var(Expr):
+    """A named scalar: a symbolic dimension, a loop variable or a block axis."""
+
+    name: str
+    dtype: str = "int32"
+
+    def __repr__(self) -> str:
+        return f"Var({self.name})"
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str
+
+    def __repr__(self) -> str:
+        return f"Binary({self.op!r}, {self.a!r}, {self.b!r})"
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Call(Expr):
+    """An intrinsic math function applied element-wise."""
+
+    fn: str
+    args: tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Cast(Expr):
+    dtype: str
+    value: Expr
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Select(Expr):
+    cond: Expr
+    then: Expr
+    other: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Load(Expr):
+    """Read of ``buffer[indices]``.  ``tensor`` links back to the front-end Tensor and is not compared."""
+
+    buffer: str
+    indices: tuple[Expr, ...]
+    dtype: str
+    tensor: Any = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Reduce(Expr):
+    """A commutative reduction over reduce axes; only legal as the whole body of a compute."""
+
+    op: str  # "sum" | "max" | "min"
+    source: Expr
+    axes: tuple[Any, ...]  # tuple[IterAxis]
+    dtype: str
+
+
+# construction helpers -------------------------------------------------------------------------
+
+def const(value: ExprLike, dtype: str | None = None) -> Expr:
+    """Wrap a Python scalar as a Const (an Expr passes through)."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool):
+        return Const(value, dtype or "bool")
+    if isinstance(value, int):
+        return Const(value, dtype or "int32")
+    if isinstance(value, float):
+        return Const(value, dtype or "float32")
+    if hasattr(value, "dtype") and hasattr(value, "item"):  # numpy scalar
+        return const(value.item(), dtype)
+    raise IRError(f"cannot use {value!r} (type {type(value).__name__}) in an expression")
+
+
+def _coerce_pair(a: ExprLike, b: ExprLike) -> tuple[Expr, Expr]:
+    """Python scalars take the dtype of the other operand, so ``x * 2`` keeps x's dtype."""
+    if isinstance(a, Expr) and not isinstance(b, Expr):
+        b = const(b, a.dtype if (is_float(a.dtype) or not isinstance(b, float)) else None)
+    elif isinstance(b, Expr) and not isinstance(a, Expr):
+        a = const(a, b.dtype if (is_float(b.dtype) or not isinstance(a, float)) else None)
+    return const(a), const(b)
+
+
+def binary(op: str, a: ExprLike, b: ExprLike) -> Expr:
+    """Build a binary node, folding constants and trivial identities on integers."""
+    x, y = _coerce_pair(a, b)
+    if op in COMPARE_OPS:
+        dtype = "bool"
+    elif op in LOGIC_OPS:
+        dtype = "bool"
+    elif op in ARITH_OPS:
+        dtype = promote(x.dtype, y.dtype)
+        if op == "/" and is_int(dtype):
+            raise IRError(f"'/' between integers ({x} / {y}); use '//' for floor division")
+        if op in ("//", "%") and is_float(dtype):
+            raise IRError(f"'{op}' needs integer operands, got {x.dtype} and {y.dtype}")
+    else:
+        raise IRError(f"unknown binary operator {op!r}")
+    if isinstance(x, Const) and isinstance(y, Const):
+        return Const(_fold(op, x.value, y.value), dtype)
+    if is_int(dtype) or dtype == "bool":
+        folded = _identity(op, x, y)
+        if folded is not None:
+            return folded
+    return Binary(op, x, y, dtype)
+
+
+def _identity(op: str, x: Expr, y: Expr) -> Expr | None:
+    zero_x = isinstance(x, Const) and x.value == 0
+    zero_y = isinstance(y, Const) and y.value == 0
+    one_x = isinstance(x, Const) and x.value == 1
+    one_y = isinstance(y, Const) and y.value == 1
+    if op == "+":
+        return y if zero_x else x if zero_y else None
+    if op == "-":
+        return x if zero_y else None
+    if op == "*":
+        if zero_x or zero_y:
+            return Const(0, promote(x.dtype, y.dtype))
+        return y if one_x else x if one_y else None
+    if op == "//":
+        return x if one_y else None
+    if op == "%":
+        return Const(0, x.dtype) if one_y else None
+    if op == "and":
+        if isinstance(x, Const):
+            return y if x.value else x
+        if isinstance(y, Const):
+            return x if y.value else y
+    return None
+
+
+def _fold(op: str, a: Any, b: Any) -> Any:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        return a / b
+    if op == "//":
+        return a // b
+    if op == "%":
+        return a % b
+    if op == "min":
+        return min(a, b)
+    if op == "max":
+        return max(a, b)
+    if op == "and":
+        return bool(a and b)
+    if op == "or":
+        return bool(a or b)
+    return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[op]
+
+
+def call(fn: str, *args: ExprLike) -> Expr:
+    """Apply an intrinsic (exp, log, sqrt, rsqrt, tanh, erf, abs, neg, not, sigmoid)."""
+    if fn not in UNARY_FUNCS:
+        raise IRError(f"unknown intrinsic {fn!r}; expected one of {', '.join(UNARY_FUNCS)}")
+    xs = tuple(const(a) for a in args)
+    x = xs[0]
+    if fn == "not":
+        return Call(fn, xs, "bool")
+    if fn == "neg" and isinstance(x, Const):
+        return Const(-x.value, x.dtype)
+    if fn not in ("abs", "neg") and not is_float(x.dtype):
+        raise IRError(f"{fn}() needs a floating-point argument, got {x.dtype} ({x}); cast it first")
+    if isinstance(x, Const) and fn in ("exp", "log", "sqrt", "tanh", "erf", "abs"):
+        value = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "tanh": math.tanh,
+                 "erf": math.erf, "abs": abs}[fn](x.value)
+        return Const(value, x.dtype)
+    return Call(fn, xs, x.dtype)
+
+
+def cast(dtype: str, value: ExprLike) -> Expr:
+    check_dtype(dtype)
+    v = const(value)
+    if v.dtype == dtype:
+        return v
+    if isinstance(v, Const):
+        folded = float(v.value) if dtype in ("float32", "float16", "bfloat16") else int(v.value)
+        return Const(folded, dtype)
+    return Cast(dtype, v)
+
+
+def select(cond: ExprLike, then: ExprLike, other: ExprLike) -> Expr:
+    c = const(cond)
+    if c.dtype != "bool":
+        raise IRError(f"if_then_else condition must be boolean, got {c.dtype} ({c})")
+    t, o = _coerce_pair(then, other)
+    dtype = promote(t.dtype, o.dtype)
+    if isinstance(c, Const):
+        return cast(dtype, t if c.value else o)
+    return Select(c, cast(dtype, t), cast(dtype, o), dtype)
+
+
+def eq(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("==", a, b)
+
+
+def ne(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("!=", a, b)
+
+
+def all_of(*conds: ExprLike) -> Expr:
+    """Conjunction of boolean expressions (True when empty)."""
+    out: Expr = Const(True, "bool")
+    for c in conds:
+        out = binary("and", out, c)
+    return out
+
+
+def minimum(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("min", a, b)
+
+
+def maximum(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("max", a, b)
+
+
+def ceildiv(a: ExprLike, b: ExprLike) -> Expr:
+    """Ceiling division of non-negative integers."""
+    x, y = _coerce_pair(a, b)
+    return binary("//", binary("+", x, binary("-", y, 1)), y)
+
+
+def as_int(e: Expr) -> int | None:
+    """The integer value of a constant expression, else None."""
+    return int(e.value) if isinstance(e, Const) and not isinstance(e.value, float) else None

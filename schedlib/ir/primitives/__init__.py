@@ -1,0 +1,22 @@
+"""Schedule primitives as pure functions ``(func, *args) -> (func, result)``.
+
+:data:`PRIMITIVES` maps each primitive's name to its function; the :class:`~schedlib.ir.schedule.Schedule`
+recorder and trace replay dispatch through it, so a trace can only ever call these.
+"""
+
+from __future__ import annotations
+
+from schedlib.ir.primitives.annotate import annotate, bind, storage_align, unroll, vectorize
+from schedlib.ir.primitives.cache import cache_read, cache_write
+from schedlib.ir.primitives.loops import fuse, reorder, split
+from schedlib.ir.primitives.placement import compute_at, compute_inline, reverse_compute_at, reverse_compute_inline
+from schedlib.ir.primitives.reduction import decompose_reduction, rfactor
+
+PRIMITIVES = {
+    f.__name__: f
+    for f in (split, fuse, reorder, bind, vectorize, unroll, annotate, storage_align, cache_read, cache_write,
+              compute_at, reverse_compute_at, compute_inline, reverse_compute_inline, rfactor,
+              decompose_reduction)
+}
+
+__all__ = ["PRIMITIVES", *PRIMITIVES]

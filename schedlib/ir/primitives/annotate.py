@@ -1,0 +1,156 @@
+"""Annotation primitives: bind, vectorize, unroll, annotate, storage_align.
+
+They change how a loop or buffer is realised on the GPU, never what is computed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from schedlib.ir.expr import as_int
+from schedlib.ir.func import THREAD_TAGS, Func
+from schedlib.ir.primitives.common import check_positive_int, fail, get_block, get_loop
+
+MAX_VECTOR = 16
+MAX_THREADS = 1024
+
+
+def _replace_loop(func: Func, loop: str, **changes: Any) -> Func:
+    owner, idx = func.loop_owner(loop)
+    loops = list(owner.loops)
+    loops[idx] = replace(loops[idx], **changes)
+    return func.with_block(replace(owner, loops=tuple(loops)))
+
+
+def bind(func: Func, loop: str, thread: str) -> tuple[Func, None]:
+    """Bind a loop to a GPU grid or block dimension.
+
+    A reduction loop may be bound to ``threadIdx.*`` (a cross-thread reduction) but never to ``blockIdx.*``.
+
+    Before ``bind(f, "C.i_0", "blockIdx.x")``::
+
+        for C.i_0 in range(4):
+          for C.i_1 in range(32): ...
+
+    After::
+
+        for C.i_0 in range(4):  # blockIdx.x
+          for C.i_1 in range(32): ...
+    """
+    prim = "bind"
+    owner, idx = get_loop(func, prim, loop)
+    lp = owner.loops[idx]
+    if thread not in THREAD_TAGS:
+        fail(prim, "thread", thread, f"must be one of {', '.join(THREAD_TAGS)}")
+    if lp.thread is not None:
+        fail(prim, "loop", loop, f"is already bound to {lp.thread}")
+    if lp.vectorized:
+        fail(prim, "loop", loop, "is vectorized")
+    kind = owner.loop_kind(loop)
+    if thread.startswith("blockIdx") and kind == "R":
+        fail(prim, "thread", thread, f"loop {loop} is a reduction loop; blocks cannot share an accumulator")
+    if thread.startswith("threadIdx"):
+        ext = as_int(lp.extent)
+        if ext is None:
+            fail(prim, "loop", loop, f"has symbolic extent {lp.extent}; thread extents must be constants")
+        if ext > MAX_THREADS:
+            fail(prim, "loop", loop, f"extent {ext} exceeds {MAX_THREADS} threads")
+    for other in owner.loops:
+        if other.thread == thread:
+            fail(prim, "thread", thread, f"block {owner.name} already binds {other.name} to it")
+    return _replace_loop(func, loop, thread=thread), None
+
+
+def vectorize(func: Func, loop: str) -> tuple[Func, None]:
+    """Mark the innermost loop of a block for vector loads/stores (float4, half2, ...).
+
+    Before ``vectorize(f, "C.j_1")``::
+
+        for C.j_1 in range(4):
+          block C SS (...): ...
+
+    After::
+
+        for C.j_1 in range(4):  # vectorize
+          block C SS (...): ...
+    """
+    prim = "vectorize"
+    owner, idx = get_loop(func, prim, loop)
+    lp = owner.loops[idx]
+    if idx != len(owner.loops) - 1:
+        fail(prim, "loop", loop, f"is not the innermost loop of block {owner.name}")
+    ext = as_int(lp.extent)
+    if ext is None or ext > MAX_VECTOR:
+        fail(prim, "loop", loop, f"extent {lp.extent} must be a constant of at most {MAX_VECTOR}")
+    if lp.thread:
+        fail(prim, "loop", loop, f"is bound to {lp.thread}")
+    if owner.loop_kind(loop) == "R":
+        fail(prim, "loop", loop, "is a reduction loop; only spatial loops vectorize")
+    if func.attached_at(owner.name, loop):
+        fail(prim, "loop", loop, "has blocks attached to it")
+    return _replace_loop(func, loop, vectorized=True), None
+
+
+def unroll(func: Func, loop: str) -> tuple[Func, None]:
+    """Ask for the loop to be fully unrolled.
+
+    Before ``unroll(f, "C.k_1")``: ``for C.k_1 in range(4):``.
+    After: ``for C.k_1 in range(4):  # unroll``.
+    """
+    prim = "unroll"
+    owner, idx = get_loop(func, prim, loop)
+    lp = owner.loops[idx]
+    if lp.vectorized:
+        fail(prim, "loop", loop, "is vectorized")
+    if lp.thread:
+        fail(prim, "loop", loop, f"is bound to {lp.thread}")
+    return _replace_loop(func, loop, unrolled=True), None
+
+
+def _check_value(prim: str, value: Any) -> None:
+    if not isinstance(value, (int, float, str, bool)):
+        fail(prim, "value", value, "must be an int, float, str or bool (a JSON scalar)")
+    json.dumps(value)
+
+
+def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]:
+    """Attach a ``key=value`` hint to a block or loop (e.g. ``pipeline_stages=2`` on a reduction loop).
+
+    Before ``annotate(f, "C.k_0", "pipeline_stages", 2)``: ``for C.k_0 in range(8):``.
+    After: ``for C.k_0 in range(8):  # pipeline_stages=2``.
+    """
+    prim = "annotate"
+    if not isinstance(key, str) or not key.isidentifier():
+        fail(prim, "key", key, "must be an identifier string")
+    _check_value(prim, value)
+    if isinstance(target, str) and func.has_block(target):
+        blk = func.block(target)
+        ann = tuple((k, v) for k, v in blk.annotations if k != key) + ((key, value),)
+        return func.with_block(replace(blk, annotations=ann)), None
+    owner, idx = get_loop(func, prim, target, "target")
+    ann = tuple((k, v) for k, v in owner.loops[idx].annotations if k != key) + ((key, value),)
+    return _replace_loop(func, target, annotations=ann), None
+
+
+def storage_align(func: Func, block: str, dim: int, factor: int, offset: int) -> tuple[Func, None]:
+    """Pad the stride of dimension ``dim`` of the buffer ``block`` writes to ``factor * k + offset``.
+
+    Used against shared-memory bank conflicts.  The loop nest is unchanged; the allocation records it.
+
+    Before ``storage_align(f, "A_shared", 0, 32, 1)``: ``alloc A_shared: float32[16, 32] shared``.
+    After: ``alloc A_shared: float32[16, 32] shared align=[(0, 32, 1)]`` (row stride 33 elements).
+    """
+    prim = "storage_align"
+    blk = get_block(func, prim, block)
+    buf = func.buffer(blk.store)
+    if buf.scope == "global":
+        fail(prim, "block", block, f"writes global buffer {buf.name}; only shared/local buffers can be padded")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(buf.shape) - 1:
+        fail(prim, "dim", dim, f"must index a non-last dimension of {buf.name} (0..{len(buf.shape) - 2})")
+    check_positive_int(prim, "factor", factor)
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < factor:
+        fail(prim, "offset", offset, f"must be an integer in [0, factor={factor})")
+    align = tuple(a for a in buf.align if a[0] != dim) + ((dim, factor, offset),)
+    return func.with_buffer(replace(buf, align=align)), None

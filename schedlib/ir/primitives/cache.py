@@ -1,0 +1,126 @@
+"""Caching primitives: cache_read and cache_write add a copy stage through a faster memory scope."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from schedlib.ir.expr import Load, Var
+from schedlib.ir.func import SCOPES, Axis, Block, Buffer, Func, Loop
+from schedlib.ir.primitives.common import check_dependencies, fail, get_block
+from schedlib.ir.simplify import rename_buffer
+
+
+def _copy_block(func: Func, name: str, src: Buffer, dst: str) -> Block:
+    """A block copying every element of ``src`` into ``dst`` (same shape), one loop per dimension."""
+    axes = tuple(Axis(f"ax{d}", ext, "S") for d, ext in enumerate(src.shape))
+    taken = func.all_loop_names()
+    loops = tuple(Loop(func.fresh_name(f"{name}.ax{d}", taken), ext) for d, ext in enumerate(src.shape))
+    idx = tuple(Var(a.name) for a in axes)
+    return Block(name=name, axes=axes, bindings=tuple(lp.var for lp in loops), loops=loops, store=dst,
+                 store_indices=idx, value=Load(src.name, idx, src.dtype))
+
+
+def _check_scope(prim: str, scope: str) -> None:
+    if scope not in SCOPES:
+        fail(prim, "scope", scope, f"must be one of {', '.join(SCOPES)}")
+
+
+def _insert(blocks: tuple[Block, ...], new: Block, anchor: str, after: bool) -> tuple[Block, ...]:
+    out: list[Block] = []
+    for b in blocks:
+        if b.name == anchor and not after:
+            out.append(new)
+        out.append(b)
+        if b.name == anchor and after:
+            out.append(new)
+    return tuple(out)
+
+
+def cache_read(func: Func, block: str, buffer: str | int, scope: str) -> tuple[Func, str]:
+    """Make ``block`` read ``buffer`` through a copy in ``scope``; returns the new copy block's name.
+
+    ``buffer`` is a buffer name or an index into the block's reads.  Other readers are unchanged.
+
+    Before ``cache_read(f, "C", "A", "shared")``::
+
+        for C.i in range(64):
+          for C.k in range(32):
+            block C SR (i=C.i, k=C.k):
+              C[i] += A[i, k]
+
+    After::
+
+        alloc A_shared: float32[64, 32] shared
+        for A_shared.ax0 in range(64):
+          for A_shared.ax1 in range(32):
+            block A_shared SS (ax0=A_shared.ax0, ax1=A_shared.ax1):
+              A_shared[ax0, ax1] = A[ax0, ax1]
+        for C.i in range(64):
+          for C.k in range(32):
+            block C SR (i=C.i, k=C.k):
+              C[i] += A_shared[i, k]
+    """
+    prim = "cache_read"
+    blk = get_block(func, prim, block)
+    _check_scope(prim, scope)
+    reads = blk.read_buffers
+    if isinstance(buffer, int) and not isinstance(buffer, bool):
+        if not 0 <= buffer < len(reads):
+            fail(prim, "buffer", buffer, f"block {block} reads {len(reads)} buffers ({', '.join(reads)})")
+        buffer = reads[buffer]
+    if not isinstance(buffer, str) or buffer not in reads:
+        fail(prim, "buffer", buffer, f"block {block} does not read it; it reads {', '.join(reads) or 'nothing'}")
+    src = func.buffer(buffer)
+    name = func.fresh_name(f"{buffer}_{scope}")
+    copy = _copy_block(func, name, src, name)
+    new_buf = Buffer(name, src.shape, src.dtype, scope)
+    reader = replace(blk, value=rename_buffer(blk.value, buffer, name))
+    out = func.with_block(reader)
+    out = replace(out, blocks=_insert(out.blocks, copy, block, after=False), buffers=(*out.buffers, new_buf),
+                  _index={})
+    check_dependencies(out, prim, "block", block)
+    return out, name
+
+
+def cache_write(func: Func, block: str, scope: str) -> tuple[Func, str]:
+    """Make ``block`` write into a new buffer in ``scope`` and copy it back; returns the copy block's name.
+
+    Before ``cache_write(f, "C", "local")``::
+
+        for C.i in range(64):
+          for C.k in range(32):
+            block C SR (i=C.i, k=C.k):
+              init C[i] = 0.0
+              C[i] += A[i, k]
+
+    After::
+
+        alloc C_local: float32[64] local
+        for C.i in range(64):
+          for C.k in range(32):
+            block C SR (i=C.i, k=C.k):
+              init C_local[i] = 0.0
+              C_local[i] += A[i, k]
+        for C_local.ax0 in range(64):
+          block C_local S (ax0=C_local.ax0):
+            C[ax0] = C_local[ax0]
+    """
+    prim = "cache_write"
+    blk = get_block(func, prim, block)
+    _check_scope(prim, scope)
+    target = func.buffer(blk.store)
+    if len(func.producers(target.name)) != 1:
+        fail(prim, "block", block, f"buffer {target.name} has several producers")
+    if func.attached_to(block) or blk.attach is not None:
+        fail(prim, "block", block, "is attached or has blocks attached to it; cache_write before compute_at")
+    if target.name in func.inputs:
+        fail(prim, "block", block, f"writes input buffer {target.name}")
+    name = func.fresh_name(f"{target.name}_{scope}")
+    new_buf = Buffer(name, target.shape, target.dtype, scope)
+    copy = _copy_block(func, name, new_buf, target.name)
+    writer = replace(blk, store=name, value=rename_buffer(blk.value, target.name, name))
+    out = func.with_block(writer)
+    out = replace(out, blocks=_insert(out.blocks, copy, block, after=True), buffers=(*out.buffers, new_buf),
+                  _index={})
+    check_dependencies(out, prim, "block", block)
+    return out, name

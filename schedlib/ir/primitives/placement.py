@@ -1,0 +1,298 @@
+"""Placement primitives: compute_at, reverse_compute_at, compute_inline, reverse_compute_inline.
+
+Moving a block under a loop regenerates its loops over the region it must cover there (see
+:mod:`schedlib.ir.region`).  A shared/local buffer whose every access then lies under that loop is
+*compacted* to the region, so a 32x8 tile of A lives in a 32x8 shared array rather than a copy of A.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from schedlib.ir.expr import Expr, Load, Var
+from schedlib.ir.func import Attach, Block, Func, Loop
+from schedlib.ir.primitives.common import (
+    bound_guard,
+    check_dependencies,
+    fail,
+    get_block,
+    get_loop,
+    loop_ranges,
+    normalize,
+)
+from schedlib.ir.region import access_region
+from schedlib.ir.simplify import conjunction, loads, map_children, rename_buffer, simplify, substitute
+
+
+def _check_movable(func: Func, prim: str, blk: Block, host: Block) -> None:
+    if host.name == blk.name:
+        fail(prim, "loop", host.name, f"is a loop of block {blk.name} itself")
+    if func.attached_to(blk.name):
+        names = ", ".join(b.name for b in func.attached_to(blk.name))
+        fail(prim, "block", blk.name, f"has blocks attached to its loops ({names}); move those first")
+    anc: Block | None = host
+    while anc is not None and anc.attach is not None:
+        if anc.attach.block == blk.name:
+            fail(prim, "block", blk.name, f"encloses {host.name}")
+        anc = func.block(anc.attach.block)
+
+
+def _fixed_loops(func: Func, host: Block, idx: int) -> set[str]:
+    return {lp.name for lp in func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]}
+
+
+def _regenerate(func: Func, blk: Block, region: dict[str, tuple[Expr, Expr]], attach: Attach) -> Block:
+    """New loops for ``blk``: spatial axes over ``region`` (axis -> (min, extent)), others in full."""
+    taken = func.all_loop_names() - {lp.name for lp in blk.loops}
+    loops, bindings = [], []
+    for a in blk.axes:
+        name = func.fresh_name(f"{blk.name}.{a.name}", taken)
+        taken.add(name)
+        base, extent = region.get(a.name, (None, a.extent))
+        loop = Loop(name, extent)
+        loops.append(loop)
+        bindings.append(loop.var if base is None else simplify(base + loop.var))
+    moved = replace(blk, loops=tuple(loops), bindings=tuple(bindings), attach=attach, predicate=None)
+    placed = func.with_block(moved)
+    rng = loop_ranges(placed, moved)
+    guards: list[Expr] = []
+    for a, b in zip(blk.axes, bindings):
+        if a.name in region:
+            guards.extend(simplify(g, rng) for g in bound_guard(b, a.extent, rng))
+    return replace(moved, predicate=conjunction(guards))
+
+
+def _shift(indices: tuple[Expr, ...], bases: list[Expr]) -> tuple[Expr, ...]:
+    return tuple(simplify(i - b) for i, b in zip(indices, bases))
+
+
+def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
+    """Compute ``block`` inside ``loop`` of its consumer, only over the region read in one iteration.
+
+    Before ``compute_at(f, "A_shared", "C.k_0")``::
+
+        for A_shared.ax0 in range(64):
+          for A_shared.ax1 in range(64):
+            block A_shared SS (...):
+              A_shared[ax0, ax1] = A[ax0, ax1]
+        for C.i in range(64):
+          for C.k_0 in range(8):
+            for C.k_1 in range(8):
+              block C SR (i=C.i, k=C.k_0 * 8 + C.k_1):
+                C[i] += A_shared[i, k]
+
+    After (A_shared is compacted to the 1x8 tile read per iteration)::
+
+        alloc A_shared: float32[1, 8] shared
+        for C.i in range(64):
+          for C.k_0 in range(8):
+            for A_shared.ax0 in range(1):
+              for A_shared.ax1 in range(8):
+                block A_shared SS (ax0=C.i + A_shared.ax0, ax1=C.k_0 * 8 + A_shared.ax1):
+                  A_shared[A_shared.ax0, A_shared.ax1] = A[ax0, ax1]
+            for C.k_1 in range(8):
+              block C SR (i=C.i, k=C.k_0 * 8 + C.k_1):
+                C[i] += A_shared[i - C.i, k - C.k_0 * 8]
+    """
+    prim = "compute_at"
+    blk = get_block(func, prim, block)
+    host, idx = get_loop(func, prim, loop)
+    _check_movable(func, prim, blk, host)
+    buf = func.buffer(blk.store)
+    if buf.name in func.outputs:
+        fail(prim, "block", block, f"writes output {buf.name}; only intermediate stages can move inward")
+    spatial = [a for a in blk.axes if a.kind == "S"]
+    if tuple(blk.store_indices) != tuple(Var(a.name) for a in spatial):
+        fail(prim, "block", block, "does not store at its plain spatial axes (moved or compacted already)")
+    inside = func.subtree(host.name, idx)
+    consumers = [c for c in func.consumers(buf.name) if c.name != block]
+    if not consumers:
+        fail(prim, "block", block, f"nothing reads {buf.name}")
+    outside = [c.name for c in consumers if c not in inside]
+    if outside:
+        fail(prim, "loop", loop, f"{buf.name} is also read outside it, by {', '.join(outside)}")
+    accesses = [(c, ld.indices) for c in consumers for ld in loads(c.value) if ld.buffer == buf.name]
+    fixed = _fixed_loops(func, host, idx)
+    region = access_region(func, accesses, fixed, buf.shape)
+    moved = _regenerate(func, blk, {a.name: r for a, r in zip(spatial, region)}, Attach(host.name, loop, "before"))
+    out = func.with_block(moved)
+    if buf.scope != "global":
+        bases = [r[0] for r in region]
+        s_loops = [lp for a, lp in zip(moved.axes, moved.loops) if a.kind == "S"]
+        out = out.with_block(replace(moved, store_indices=tuple(lp.var for lp in s_loops)))
+        for c in consumers:
+            c = out.block(c.name)
+            value = rename_buffer(c.value, buf.name, buf.name, lambda ix, bases=bases: _shift(ix, bases))
+            out = out.with_block(replace(c, value=value))
+        out = out.with_buffer(replace(buf, shape=tuple(r[1] for r in region)))
+    out = normalize(out)
+    check_dependencies(out, prim, "block", block)
+    return out, None
+
+
+def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
+    """Run consumer ``block`` inside ``loop`` of its producer, over the region written in one iteration.
+
+    Before ``reverse_compute_at(f, "C_local", "C.i_0")``::
+
+        for C.i_0 in range(4):
+          for C.i_1 in range(16):
+            block C S (i=C.i_0 * 16 + C.i_1):
+              C_local[i] = A[i] * 2.0
+        for C_local.ax0 in range(64):
+          block C_local S (ax0=C_local.ax0):
+            C[ax0] = C_local[ax0]
+
+    After (C_local compacted to the 16 elements written per iteration)::
+
+        alloc C_local: float32[16] local
+        for C.i_0 in range(4):
+          for C.i_1 in range(16):
+            block C S (i=C.i_0 * 16 + C.i_1):
+              C_local[i - C.i_0 * 16] = A[i] * 2.0
+          for C_local.ax0 in range(16):
+            block C_local S (ax0=C.i_0 * 16 + C_local.ax0):
+              C[ax0] = C_local[C_local.ax0]
+    """
+    prim = "reverse_compute_at"
+    blk = get_block(func, prim, block)
+    host, idx = get_loop(func, prim, loop)
+    _check_movable(func, prim, blk, host)
+    buf = func.buffer(host.store)
+    reads = [ld for ld in loads(blk.value) if ld.buffer == buf.name]
+    if not reads:
+        fail(prim, "loop", loop, f"block {block} does not read {buf.name}, which {host.name} writes")
+    if any(ld.indices != reads[0].indices for ld in reads):
+        fail(prim, "block", block, f"reads {buf.name} at several different indices")
+    dims: dict[str, int] = {}
+    for d, ix in enumerate(reads[0].indices):
+        if isinstance(ix, Var) and any(a.name == ix.name and a.kind == "S" for a in blk.axes):
+            dims[ix.name] = d
+    spatial = [a for a in blk.axes if a.kind == "S"]
+    if len(dims) != len(reads[0].indices) or {a.name for a in spatial} != set(dims):
+        fail(prim, "block", block, f"must read {buf.name} at its plain spatial axes, reads {reads[0]}")
+    for lp in host.loops[: idx + 1]:
+        if host.loop_kind(lp.name) == "R":
+            fail(prim, "loop", loop, f"{lp.name} at or above it reduces; {host.name}'s results are not final there")
+    fixed = _fixed_loops(func, host, idx)
+    region = access_region(func, [(host, host.store_indices)], fixed, buf.shape)
+    moved = _regenerate(func, blk, {a: region[d] for a, d in dims.items()}, Attach(host.name, loop, "after"))
+    out = func.with_block(moved)
+    others = [c.name for c in func.consumers(buf.name) if c.name != block]
+    if buf.scope != "global" and not others and buf.name not in func.outputs:
+        bases = [r[0] for r in region]
+        writer = out.block(host.name)
+        out = out.with_block(replace(writer, store_indices=_shift(writer.store_indices, bases)))
+        moved = out.block(block)
+        value = rename_buffer(moved.value, buf.name, buf.name, lambda ix: _shift(ix, bases))
+        out = out.with_block(replace(moved, value=value))
+        out = out.with_buffer(replace(buf, shape=tuple(r[1] for r in region)))
+    out = normalize(out)
+    check_dependencies(out, prim, "block", block)
+    return out, None
+
+
+def _inline_loads(e: Expr, buffer: str, producer: Block) -> Expr:
+    """Replace loads of ``buffer`` in ``e`` by the producer's value at the loaded index."""
+    names = [a.name for a in producer.axes]
+
+    def go(x: Expr) -> Expr:
+        if isinstance(x, Load) and x.buffer == buffer:
+            idx = [go(i) for i in x.indices]
+            return substitute(producer.value, dict(zip(names, idx)))
+        return map_children(x, go)
+
+    return go(e)
+
+
+def _check_standalone(func: Func, prim: str, blk: Block) -> None:
+    if blk.reducer is not None:
+        fail(prim, "block", blk.name, f"is a reduction ({blk.kinds}); only spatial blocks can be inlined")
+    if blk.attach is not None or func.attached_to(blk.name):
+        fail(prim, "block", blk.name, "is attached or has blocks attached; inline before compute_at")
+
+
+def compute_inline(func: Func, block: str) -> tuple[Func, None]:
+    """Substitute a spatial block's expression into its consumers and remove it.
+
+    Before ``compute_inline(f, "B")``::
+
+        for B.i in range(8):
+          block B S (i=B.i):
+            B[i] = A[i] * 2.0
+        for C.i in range(8):
+          block C S (i=C.i):
+            C[i] = B[i] + 1.0
+
+    After::
+
+        for C.i in range(8):
+          block C S (i=C.i):
+            C[i] = A[i] * 2.0 + 1.0
+    """
+    prim = "compute_inline"
+    blk = get_block(func, prim, block)
+    _check_standalone(func, prim, blk)
+    buf = func.buffer(blk.store)
+    if buf.name in func.outputs:
+        fail(prim, "block", block, f"writes output {buf.name}, which must be stored")
+    if tuple(blk.store_indices) != tuple(Var(a.name) for a in blk.axes):
+        fail(prim, "block", block, "does not store at its plain axes")
+    if buf.name in {ld.buffer for ld in loads(blk.value)}:
+        fail(prim, "block", block, "reads its own output")
+    blocks = []
+    for b in func.blocks:
+        if b.name == block:
+            continue
+        if buf.name in b.read_buffers:
+            b = replace(b, value=_inline_loads(b.value, buf.name, blk))
+        blocks.append(b)
+    out = replace(func, blocks=tuple(blocks), buffers=tuple(x for x in func.buffers if x.name != buf.name),
+                  _index={})
+    return normalize(out), None
+
+
+def reverse_compute_inline(func: Func, block: str) -> tuple[Func, None]:
+    """Fold a spatial consumer into its producer's store and remove it (e.g. an epilogue into a write-back).
+
+    Before ``reverse_compute_inline(f, "D")``::
+
+        for C.i in range(8):
+          block C S (i=C.i):
+            C[i] = C_local[i]
+        for D.i in range(8):
+          block D S (i=D.i):
+            D[i] = max(C[i] + bias[i], 0.0)
+
+    After::
+
+        for C.i in range(8):
+          block C S (i=C.i):
+            D[i] = max(C_local[i] + bias[i], 0.0)
+    """
+    prim = "reverse_compute_inline"
+    blk = get_block(func, prim, block)
+    _check_standalone(func, prim, blk)
+    produced = [b for b in blk.read_buffers if func.producers(b)]
+    if len(produced) != 1:
+        fail(prim, "block", block, f"must read exactly one computed buffer, reads {produced}")
+    buf = func.buffer(produced[0])
+    (producer,) = func.producers(buf.name)
+    if producer.reducer is not None:
+        fail(prim, "block", block, f"its producer {producer.name} is a reduction; cache_write it first")
+    if buf.name in func.outputs or [c.name for c in func.consumers(buf.name)] != [block]:
+        fail(prim, "block", block, f"{buf.name} has other readers or is an output")
+    reads = [ld for ld in loads(blk.value) if ld.buffer == buf.name]
+    index = reads[0].indices
+    names = [a.name for a in blk.axes]
+    if any(ld.indices != index for ld in reads) or sorted(
+            i.name for i in index if isinstance(i, Var)) != sorted(names) or len(index) != len(names):
+        fail(prim, "block", block, f"must read {buf.name} at a permutation of its axes, reads {reads[0]}")
+    mapping = {ix.name: p for ix, p in zip(index, producer.store_indices)}
+    # Rename the consumer's axes first, so producer axes that share their names are never captured.
+    value = _inline_loads(substitute(blk.value, mapping), buf.name, replace(producer, axes=()))
+    new_producer = replace(producer, store=blk.store,
+                           store_indices=tuple(substitute(i, mapping) for i in blk.store_indices), value=value)
+    blocks = tuple(new_producer if b.name == producer.name else b for b in func.blocks if b.name != block)
+    out = replace(func, blocks=blocks, buffers=tuple(x for x in func.buffers if x.name != buf.name), _index={})
+    return normalize(out), None

@@ -1,0 +1,267 @@
+"""The numpy reference executor: runs any Func, scheduled or not, exactly as its loop nest says.
+
+Loops that carry attached blocks run one iteration at a time (a shared tile must be refilled before the
+loop body reads it); below the last attachment every remaining loop is evaluated at once as a numpy
+grid.  Guards, compacted caches, rfactor partials and reduction initialisation all follow the IR's
+semantics, so a wrong schedule gives a wrong answer here rather than only on the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from schedlib.errors import ExecutionError, ShapeError
+from schedlib.ir.dtype import is_float, numpy_dtype, round_to_dtype
+from schedlib.ir.expr import Binary, Call, Cast, Const, Expr, Load, Select, Var
+from schedlib.ir.func import Block, Func
+
+CHUNK = 1 << 20  # iteration points evaluated at once
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def bind_symbols(func: Func, inputs: Mapping[str, Any]) -> dict[str, int]:
+    """Bind symbolic dimensions from input shapes; check every input's name, rank, shape and dtype."""
+    missing = [n for n in func.inputs if n not in inputs]
+    if missing:
+        raise ShapeError(f"{func.name}: missing input(s) {missing}; expected {list(func.inputs)}")
+    unknown = [n for n in inputs if n not in func.inputs]
+    if unknown:
+        raise ShapeError(f"{func.name}: unknown input(s) {unknown}; expected {list(func.inputs)}")
+    env: dict[str, int] = {}
+    for name in func.inputs:
+        buf = func.buffer(name)
+        arr = np.asarray(inputs[name])
+        if arr.ndim != len(buf.shape):
+            raise ShapeError(f"{func.name}: input {name} has rank {arr.ndim}, expected {len(buf.shape)}")
+        want = numpy_dtype(buf.dtype)
+        if arr.dtype != want and not (buf.dtype == "bfloat16" and arr.dtype.name in ("float32", "bfloat16")):
+            raise ShapeError(f"{func.name}: input {name} has dtype {arr.dtype}, expected {buf.dtype}")
+        for d, (dim, size) in enumerate(zip(buf.shape, arr.shape)):
+            if isinstance(dim, Var):
+                if env.setdefault(dim.name, size) != size:
+                    raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, but {dim.name}="
+                                     f"{env[dim.name]} from an earlier input")
+    for name in func.inputs:
+        buf = func.buffer(name)
+        for d, (dim, size) in enumerate(zip(buf.shape, np.shape(inputs[name]))):
+            expect = evaluate_int(dim, env)
+            if expect != size:
+                raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, expected {expect} ({dim})")
+    for s in func.symbols:
+        if s not in env:
+            raise ShapeError(f"{func.name}: dimension {s} cannot be inferred from the input shapes")
+    return env
+
+
+def evaluate_int(e: Expr, env: Mapping[str, int]) -> int:
+    value = _Evaluator({}, dict(env)).eval(e)
+    return int(value)
+
+
+def run_reference(target: Any, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Execute ``target`` (a Func or Schedule) on numpy ``inputs``; returns the outputs by name."""
+    func: Func = getattr(target, "func", target)
+    if not isinstance(func, Func):
+        raise TypeError(f"run_reference needs a Func or Schedule, got {type(target).__name__}")
+    symbols = bind_symbols(func, inputs)
+    buffers: dict[str, np.ndarray] = {}
+    for buf in func.buffers:
+        if buf.name in func.inputs:
+            buffers[buf.name] = round_to_dtype(np.array(inputs[buf.name]), buf.dtype)
+            continue
+        shape = tuple(evaluate_int(s, symbols) for s in buf.shape)
+        arr = np.empty(shape, dtype=numpy_dtype(buf.dtype))
+        arr.fill(np.nan if is_float(buf.dtype) else -7)  # poison: unwritten elements show up
+        buffers[buf.name] = arr
+    runner = _Runner(func, buffers, symbols)
+    for blk in func.root_blocks():
+        runner.chain(blk, 0, dict(symbols))
+    return {name: buffers[name] for name in func.outputs}
+
+
+class _Runner:
+    def __init__(self, func: Func, buffers: dict[str, np.ndarray], symbols: dict[str, int]) -> None:
+        self.func = func
+        self.buffers = buffers
+        self.symbols = symbols
+        attach_loops: dict[str, set[str]] = {}
+        for b in func.blocks:
+            if b.attach is not None:
+                attach_loops.setdefault(b.attach.block, set()).add(b.attach.loop)
+        self.attach_loops = attach_loops
+
+    def _sequential_from(self, block: Block) -> int:
+        """Index just past the innermost loop of ``block`` that carries attachments."""
+        names = self.attach_loops.get(block.name, set())
+        last = -1
+        for i, lp in enumerate(block.loops):
+            if lp.name in names:
+                last = i
+        return last + 1
+
+    def chain(self, block: Block, level: int, env: dict[str, Any]) -> None:
+        loops = block.loops
+        if level < self._sequential_from(block):
+            lp = loops[level]
+            for v in range(evaluate_int(lp.extent, env)):
+                inner = {**env, lp.name: v}
+                for b in self.func.attached_at(block.name, lp.name, "before"):
+                    self.chain(b, 0, inner)
+                self.chain(block, level + 1, inner)
+                for b in self.func.attached_at(block.name, lp.name, "after"):
+                    self.chain(b, 0, inner)
+            return
+        rest = loops[level:]
+        extents = [evaluate_int(lp.extent, env) for lp in rest]
+        if rest and math.prod(extents) > CHUNK and len(rest) > 1:
+            for v in range(extents[0]):
+                self._grid(block, rest[1:], extents[1:], {**env, rest[0].name: v})
+            return
+        self._grid(block, rest, extents, env)
+
+    def _grid(self, block: Block, loops, extents: list[int], env: dict[str, Any]) -> None:
+        if any(e <= 0 for e in extents):
+            return
+        shape = tuple(extents)
+        full = dict(env)
+        for k, (lp, ext) in enumerate(zip(loops, extents)):
+            view = [1] * len(shape)
+            view[k] = ext
+            full[lp.name] = np.broadcast_to(np.arange(ext, dtype=np.int64).reshape(view), shape)
+        ev = _Evaluator(self.buffers, full, block.name)
+        for a, b in zip(block.axes, block.bindings):
+            full[a.name] = np.broadcast_to(np.asarray(ev.eval(b)), shape)
+        mask = np.ones(shape, dtype=bool)
+        if block.predicate is not None:
+            mask = np.broadcast_to(np.asarray(_Evaluator(self.buffers, full, block.name).eval(block.predicate)),
+                                   shape)
+        points = {k: (v[mask] if isinstance(v, np.ndarray) and v.shape == shape else v) for k, v in full.items()}
+        if not mask.any():
+            return
+        ev = _Evaluator(self.buffers, points, block.name)
+        count = int(mask.sum())
+        out = self.buffers[block.store]
+        dtype = self.func.buffer(block.store).dtype
+        idx = tuple(np.broadcast_to(np.asarray(ev.eval(i), dtype=np.int64), (count,)) for i in block.store_indices)
+        ev.check_bounds(block.store, idx, out.shape, "writes")
+        value = np.broadcast_to(np.asarray(ev.eval(block.value)), (count,))
+        if block.reducer is None:
+            out[idx] = round_to_dtype(value, dtype)
+            return
+        if block.init is not None:
+            first = np.ones(count, dtype=bool)
+            for a in block.axes:
+                if a.kind == "R":
+                    first &= np.broadcast_to(points[a.name], (count,)) == 0
+            out[tuple(i[first] for i in idx)] = round_to_dtype(np.asarray(ev.eval(block.init)), dtype)
+        ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}[block.reducer]
+        ufunc.at(out, idx, round_to_dtype(value, dtype))
+        if dtype == "bfloat16":
+            out[idx] = round_to_dtype(out[idx], dtype)
+
+
+class _Evaluator:
+    def __init__(self, buffers: Mapping[str, np.ndarray], env: Mapping[str, Any], block: str = "") -> None:
+        self.buffers = buffers
+        self.env = env
+        self.block = block
+        self.strict = True
+
+    def check_bounds(self, name: str, idx: tuple[np.ndarray, ...], shape: tuple[int, ...], verb: str) -> bool:
+        ok = True
+        for d, (i, n) in enumerate(zip(idx, shape)):
+            bad = (i < 0) | (i >= n)
+            if np.any(bad):
+                if self.strict:
+                    raise ExecutionError(f"block {self.block} {verb} {name} out of bounds: dim {d} index "
+                                         f"{int(i[bad].flat[0])} not in [0, {n})")
+                ok = False
+        return ok
+
+    def eval(self, e: Expr) -> Any:
+        if isinstance(e, Const):
+            return np.asarray(e.value, dtype=numpy_dtype(e.dtype))
+        if isinstance(e, Var):
+            if e.name not in self.env:
+                raise ExecutionError(f"block {self.block}: variable {e.name} is not bound here")
+            return self.env[e.name]
+        if isinstance(e, Load):
+            arr = self.buffers[e.buffer]
+            idx = [np.asarray(self.eval(i), dtype=np.int64) for i in e.indices]
+            idx = list(np.broadcast_arrays(*idx)) if idx else []
+            if not self.check_bounds(e.buffer, tuple(idx), arr.shape, "reads"):
+                idx = [np.clip(i, 0, n - 1) for i, n in zip(idx, arr.shape)]
+            return arr[tuple(idx)]
+        if isinstance(e, Select):
+            cond = self.eval(e.cond)
+            saved, self.strict = self.strict, False  # the untaken branch may index out of range
+            then, other = self.eval(e.then), self.eval(e.other)
+            self.strict = saved
+            return np.where(cond, then, other).astype(numpy_dtype(e.dtype))
+        if isinstance(e, Cast):
+            return round_to_dtype(np.asarray(self.eval(e.value)), e.dtype)
+        if isinstance(e, Binary):
+            return self._binary(e)
+        if isinstance(e, Call):
+            return self._call(e)
+        raise ExecutionError(f"block {self.block}: cannot evaluate {e!r}")
+
+    def _binary(self, e: Binary) -> Any:
+        a, b = self.eval(e.a), self.eval(e.b)
+        if e.op in ("and", "or"):
+            return np.logical_and(a, b) if e.op == "and" else np.logical_or(a, b)
+        if e.op in ("<", "<=", ">", ">=", "==", "!="):
+            import operator
+
+            fn = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+                  "==": operator.eq, "!=": operator.ne}[e.op]
+            return fn(a, b)
+        dt = numpy_dtype(e.dtype)
+        a, b = np.asarray(a).astype(dt, copy=False), np.asarray(b).astype(dt, copy=False)
+        with np.errstate(all="ignore"):
+            if e.op == "+":
+                r = a + b
+            elif e.op == "-":
+                r = a - b
+            elif e.op == "*":
+                r = a * b
+            elif e.op == "/":
+                r = a / b
+            elif e.op == "//":
+                r = np.floor_divide(a, b)
+            elif e.op == "%":
+                r = np.mod(a, b)
+            elif e.op == "min":
+                r = np.minimum(a, b)
+            else:
+                r = np.maximum(a, b)
+        return round_to_dtype(r, e.dtype) if e.dtype == "bfloat16" else r
+
+    def _call(self, e: Call) -> Any:
+        x = np.asarray(self.eval(e.args[0]))
+        with np.errstate(all="ignore"):
+            if e.fn == "neg":
+                r = -x
+            elif e.fn == "not":
+                r = np.logical_not(x)
+            elif e.fn == "abs":
+                r = np.abs(x)
+            elif e.fn == "exp":
+                r = np.exp(x)
+            elif e.fn == "log":
+                r = np.log(x)
+            elif e.fn == "sqrt":
+                r = np.sqrt(x)
+            elif e.fn == "rsqrt":
+                r = 1 / np.sqrt(x)
+            elif e.fn == "tanh":
+                r = np.tanh(x)
+            elif e.fn == "sigmoid":
+                r = 1 / (1 + np.exp(-x))
+            else:  # erf
+                r = _erf(x.astype(np.float64)).astype(np.float64)
+        return round_to_dtype(r, e.dtype)

@@ -1,0 +1,196 @@
+"""The Schedule: a thin recorder over the pure primitives, and its JSON trace.
+
+``Schedule`` holds the current Func.  Each method calls the matching pure primitive; only when that
+succeeds does it swap in the new Func and append a plain-data step to the trace.  A failing primitive
+therefore leaves the schedule exactly as it was.  Traces are JSON, replay through
+:meth:`Schedule.from_trace`, and hash stably.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from schedlib.errors import ScheduleError
+from schedlib.ir import primitives as P
+from schedlib.ir.func import Func
+from schedlib.ir.primitives.common import get_block as _lookup_block
+
+TRACE_VERSION = 1
+
+
+class Trace:
+    """An ordered list of steps ``{"primitive": name, "args": {...}, "result": ...}``."""
+
+    def __init__(self, steps: Sequence[dict[str, Any]] = ()) -> None:
+        self.steps: list[dict[str, Any]] = [dict(s) for s in steps]
+
+    def append(self, primitive: str, args: dict[str, Any], result: Any) -> None:
+        self.steps.append({"primitive": primitive, "args": args, "result": result})
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps({"version": TRACE_VERSION, "steps": self.steps}, indent=indent, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Trace:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScheduleError("from_trace", "trace", text[:60], f"is not valid JSON ({exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+            raise ScheduleError("from_trace", "trace", text[:60], "must be an object with a 'steps' list")
+        if data.get("version") != TRACE_VERSION:
+            raise ScheduleError("from_trace", "version", data.get("version"),
+                                f"this schedlib reads trace version {TRACE_VERSION}")
+        return cls(data["steps"])
+
+    def digest(self) -> str:
+        """A stable content hash (hex) of the steps."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    def __hash__(self) -> int:
+        return int(self.digest()[:16], 16)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Trace) and self.steps == other.steps
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.steps)
+
+    def __str__(self) -> str:
+        lines = []
+        for s in self.steps:
+            args = ", ".join(f"{k}={v!r}" for k, v in s["args"].items())
+            res = f" -> {s['result']!r}" if s["result"] is not None else ""
+            lines.append(f"{s['primitive']}({args}){res}")
+        return "\n".join(lines)
+
+
+class Schedule:
+    """Records primitives applied to a Func.  ``rule``/``config`` are set by whoever chose the schedule."""
+
+    def __init__(self, func: Func) -> None:
+        if not isinstance(func, Func):
+            raise TypeError(f"Schedule needs a Func (from sl.func or sl.workloads), got {type(func).__name__}")
+        self.original = func
+        self.func = func
+        self.trace = Trace()
+        self.rule: str | None = None
+        self.config: dict[str, Any] | None = None
+
+    # recording --------------------------------------------------------------------------------
+    def _apply(self, primitive: str, **args: Any) -> Any:
+        new, result = P.PRIMITIVES[primitive](self.func, **args)
+        self.func = new
+        plain = {k: list(v) if isinstance(v, tuple) else v for k, v in args.items()}
+        self.trace.append(primitive, plain, result)
+        return result
+
+    def copy(self) -> Schedule:
+        other = Schedule(self.original)
+        other.func = self.func
+        other.trace = Trace(self.trace.steps)
+        other.rule, other.config = self.rule, None if self.config is None else dict(self.config)
+        return other
+
+    @classmethod
+    def from_trace(cls, func: Func, trace: str | Trace) -> Schedule:
+        """Replay a trace (JSON text or Trace) on ``func``; raises ScheduleError if it does not apply."""
+        steps = Trace.from_json(trace) if isinstance(trace, str) else trace
+        sch = cls(func)
+        for k, step in enumerate(steps):
+            name = step.get("primitive")
+            if name not in P.PRIMITIVES:
+                raise ScheduleError("from_trace", f"steps[{k}].primitive", name, "unknown primitive")
+            args = step.get("args")
+            if not isinstance(args, dict):
+                raise ScheduleError("from_trace", f"steps[{k}].args", args, "must be an object")
+            try:
+                result = sch._apply(name, **args)
+            except TypeError as exc:
+                raise ScheduleError("from_trace", f"steps[{k}].args", args, str(exc)) from None
+            expected = step.get("result")
+            if isinstance(result, tuple):
+                result = list(result)
+            if "result" in step and expected != result:
+                raise ScheduleError("from_trace", f"steps[{k}].result", expected,
+                                    f"replay produced {result!r}; the func differs from the recorded one")
+        return sch
+
+    # lookups ----------------------------------------------------------------------------------
+    def get_block(self, name: str) -> str:
+        """Return ``name`` if the func has such a block (ScheduleError otherwise)."""
+        return _lookup_block(self.func, "get_block", name).name
+
+    def get_loops(self, block: str) -> list[str]:
+        """Names of the loops ``block`` owns, outermost first."""
+        return [lp.name for lp in _lookup_block(self.func, "get_loops", block).loops]
+
+    @property
+    def blocks(self) -> list[str]:
+        return [b.name for b in self.func.blocks]
+
+    # primitives -------------------------------------------------------------------------------
+    def split(self, loop: str, factors: Sequence[int | None]) -> list[str]:
+        return self._apply("split", loop=loop, factors=list(factors) if isinstance(factors, tuple) else factors)
+
+    def fuse(self, *loops: str) -> str:
+        return self._apply("fuse", loops=list(loops))
+
+    def reorder(self, *loops: str) -> None:
+        self._apply("reorder", loops=list(loops))
+
+    def bind(self, loop: str, thread: str) -> None:
+        self._apply("bind", loop=loop, thread=thread)
+
+    def vectorize(self, loop: str) -> None:
+        self._apply("vectorize", loop=loop)
+
+    def unroll(self, loop: str) -> None:
+        self._apply("unroll", loop=loop)
+
+    def annotate(self, target: str, key: str, value: Any) -> None:
+        self._apply("annotate", target=target, key=key, value=value)
+
+    def storage_align(self, block: str, dim: int, factor: int, offset: int) -> None:
+        self._apply("storage_align", block=block, dim=dim, factor=factor, offset=offset)
+
+    def cache_read(self, block: str, buffer: str | int, scope: str) -> str:
+        return self._apply("cache_read", block=block, buffer=buffer, scope=scope)
+
+    def cache_write(self, block: str, scope: str) -> str:
+        return self._apply("cache_write", block=block, scope=scope)
+
+    def compute_at(self, block: str, loop: str) -> None:
+        self._apply("compute_at", block=block, loop=loop)
+
+    def reverse_compute_at(self, block: str, loop: str) -> None:
+        self._apply("reverse_compute_at", block=block, loop=loop)
+
+    def compute_inline(self, block: str) -> None:
+        self._apply("compute_inline", block=block)
+
+    def reverse_compute_inline(self, block: str) -> None:
+        self._apply("reverse_compute_inline", block=block)
+
+    def rfactor(self, loop: str, factor_axis: int = 0) -> str:
+        return self._apply("rfactor", loop=loop, factor_axis=factor_axis)
+
+    def decompose_reduction(self, block: str, loop: str) -> str:
+        return self._apply("decompose_reduction", block=block, loop=loop)
+
+    def __str__(self) -> str:
+        return str(self.func)
+
+    def __repr__(self) -> str:
+        return f"<Schedule {self.func.name}: {len(self.trace)} steps, rule={self.rule}>"
+
+
+# The methods show the same before/after loop nests as the pure primitives they record.
+for _name, _fn in P.PRIMITIVES.items():
+    getattr(Schedule, _name).__doc__ = _fn.__doc__

@@ -1,0 +1,235 @@
+"""Built-in workloads.  Each returns a Func; any size may be an int or an ``sl.var``.
+
+Names of stages are stable (rules never rely on them, but traces and reports do):
+the reduction of a matmul/GEMV is ``C``, a fused epilogue or output cast is ``D``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from schedlib.errors import IRError
+from schedlib.ir import tensor as te
+from schedlib.ir.dtype import check_dtype, is_float
+from schedlib.ir.expr import Expr, ExprLike, binary
+from schedlib.ir.func import Func, make_func
+
+EPILOGUES = (None, "bias", "relu", "bias_relu", "gelu", "residual")
+REDUCE_OPS = ("sum", "max", "min", "mean", "sumsq")
+ELEMENTWISE_OPS = ("add", "mul", "relu", "gelu", "exp", "sigmoid", "tanh", "scale")
+
+
+def _gelu(x: Expr) -> Expr:
+    return x * 0.5 * (te.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
+
+
+def _relu(x: Expr) -> Expr:
+    return te.maximum(x, 0.0)
+
+
+def _accum(dtype: str, accum_dtype: str | None) -> str:
+    if accum_dtype is not None:
+        return check_dtype(accum_dtype, "accum_dtype")
+    return "float32" if is_float(dtype) else "int32"
+
+
+def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: str = "float32",
+           accum_dtype: str | None = None, out_dtype: str | None = None, trans_a: bool = False,
+           trans_b: bool = False, batch: ExprLike | None = None, epilogue: str | None = None) -> Func:
+    """``D = epilogue(A @ B)``, A is MxK (KxM if trans_a), B is KxN (NxK if trans_b), optional batch."""
+    check_dtype(dtype)
+    if epilogue not in EPILOGUES:
+        raise IRError(f"matmul: epilogue={epilogue!r}; expected one of {EPILOGUES}")
+    acc = _accum(dtype, accum_dtype)
+    out = check_dtype(out_dtype, "out_dtype") if out_dtype else (dtype if is_float(dtype) else acc)
+    pre = () if batch is None else (batch,)
+    A = te.placeholder((*pre, K, M) if trans_a else (*pre, M, K), dtype, "A")
+    B = te.placeholder((*pre, N, K) if trans_b else (*pre, K, N), dtype, "B")
+    k = te.reduce_axis(K, "k")
+
+    def a_at(b: tuple, i: ExprLike) -> Expr:
+        return A[(*b, k, i)] if trans_a else A[(*b, i, k)]
+
+    def b_at(b: tuple, j: ExprLike) -> Expr:
+        return B[(*b, j, k)] if trans_b else B[(*b, k, j)]
+
+    if batch is None:
+        C = te.compute((M, N), lambda i, j: te.sum(a_at((), i).astype(acc) * b_at((), j).astype(acc), axis=k), "C")
+    else:
+        C = te.compute((batch, M, N),
+                       lambda b, i, j: te.sum(a_at((b,), i).astype(acc) * b_at((b,), j).astype(acc), axis=k), "C")
+    extra: list[te.Tensor] = []
+    if epilogue in ("bias", "bias_relu"):
+        extra.append(te.placeholder((N,), out, "bias"))
+    if epilogue == "residual":
+        extra.append(te.placeholder((*pre, M, N), out, "residual"))
+    if epilogue is None and out == acc:
+        return make_func([A, B, C], "matmul")
+
+    def epi(*idx: Expr) -> Expr:
+        x = C[idx]
+        if epilogue in ("bias", "bias_relu"):
+            x = x + extra[0][idx[-1]].astype(acc)
+        if epilogue == "residual":
+            x = x + extra[0][idx].astype(acc)
+        if epilogue in ("relu", "bias_relu"):
+            x = _relu(x)
+        if epilogue == "gelu":
+            x = _gelu(x)
+        return x.astype(out)
+
+    D = te.compute(C.shape, epi, "D")
+    return make_func([A, B, *extra, D], "matmul" if epilogue is None else f"matmul_{epilogue}")
+
+
+def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: bool = False,
+         batch: ExprLike = 1, epilogue: str | None = None, accum_dtype: str | None = None) -> Func:
+    """``y[b, n] = sum_k x[b, k] * W[n, k]`` (W is KxN when ``trans``: a reduction over the outer axis)."""
+    check_dtype(dtype)
+    if epilogue not in (None, "bias", "relu", "bias_relu", "gelu"):
+        raise IRError(f"gemv: epilogue={epilogue!r}; expected None, bias, relu, bias_relu or gelu")
+    acc = _accum(dtype, accum_dtype)
+    X = te.placeholder((batch, K), dtype, "X")
+    W = te.placeholder((K, N) if trans else (N, K), dtype, "W")
+    k = te.reduce_axis(K, "k")
+    C = te.compute((batch, N), lambda b, n: te.sum(
+        X[b, k].astype(acc) * (W[k, n] if trans else W[n, k]).astype(acc), axis=k), "C")
+    extra = [te.placeholder((N,), dtype, "bias")] if epilogue in ("bias", "bias_relu") else []
+    if epilogue is None and dtype == acc:
+        return make_func([X, W, C], "gemv")
+
+    def epi(b: Expr, n: Expr) -> Expr:
+        x = C[b, n]
+        if extra:
+            x = x + extra[0][n].astype(acc)
+        if epilogue in ("relu", "bias_relu"):
+            x = _relu(x)
+        if epilogue == "gelu":
+            x = _gelu(x)
+        return x.astype(dtype)
+
+    D = te.compute((batch, N), epi, "D")
+    return make_func([X, W, *extra, D], "gemv_t" if trans else "gemv")
+
+
+def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: int = -1,
+           dtype: str = "float32") -> Func:
+    """Reduce a rows x cols matrix over its last (``axis=-1``/1) or first (``axis=0``) axis."""
+    check_dtype(dtype)
+    if op not in REDUCE_OPS:
+        raise IRError(f"reduce: op={op!r}; expected one of {REDUCE_OPS}")
+    if axis not in (-1, 0, 1):
+        raise IRError(f"reduce: axis={axis!r}; expected -1/1 (last) or 0 (first)")
+    last = axis != 0
+    X = te.placeholder((rows, cols), dtype, "X")
+    r = te.reduce_axis(cols if last else rows, "r")
+    acc = _accum(dtype, None) if op in ("sum", "mean", "sumsq") else dtype
+    kept = rows if last else cols
+
+    def elem(i: Expr) -> Expr:
+        x = (X[i, r] if last else X[r, i]).astype(acc)
+        return x * x if op == "sumsq" else x
+
+    combiner: Callable = {"sum": te.sum, "mean": te.sum, "sumsq": te.sum, "max": te.max, "min": te.min}[op]
+    R = te.compute((kept,), lambda i: combiner(elem(i), axis=r), "R")
+    if op != "mean":
+        return make_func([X, R], f"reduce_{op}")
+    n = cols if last else rows
+    count = te.compute((kept,), lambda i: R[i] / binary("+", n, 0).astype(acc), "D")
+    return make_func([X, count], "reduce_mean")
+
+
+def softmax(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32") -> Func:
+    """Row-wise softmax, computed in float32: max, exp, sum, normalise."""
+    X = te.placeholder((rows, cols), check_dtype(dtype), "X")
+    k1, k2 = te.reduce_axis(cols, "k"), te.reduce_axis(cols, "k")
+    mx = te.compute((rows,), lambda i: te.max(X[i, k1].astype("float32"), axis=k1), "T_max")
+    ex = te.compute((rows, cols), lambda i, j: te.exp(X[i, j].astype("float32") - mx[i]), "T_exp")
+    sm = te.compute((rows,), lambda i: te.sum(ex[i, k2], axis=k2), "T_sum")
+    Y = te.compute((rows, cols), lambda i, j: (ex[i, j] / sm[i]).astype(dtype), "Y")
+    return make_func([X, Y], "softmax")
+
+
+def rmsnorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", eps: float = 1e-6) -> Func:
+    """``y = x * rsqrt(mean(x^2) + eps) * w`` over each row."""
+    X = te.placeholder((rows, cols), check_dtype(dtype), "X")
+    Wt = te.placeholder((cols,), dtype, "W")
+    k = te.reduce_axis(cols, "k")
+    ss = te.compute((rows,), lambda i: te.sum(X[i, k].astype("float32") * X[i, k].astype("float32"), axis=k),
+                    "T_sumsq")
+    n = binary("+", cols, 0).astype("float32")
+    Y = te.compute((rows, cols), lambda i, j: (X[i, j].astype("float32") * te.rsqrt(ss[i] / n + eps)
+                                               * Wt[j].astype("float32")).astype(dtype), "Y")
+    return make_func([X, Wt, Y], "rmsnorm")
+
+
+def layernorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", eps: float = 1e-5) -> Func:
+    """``y = (x - mean) * rsqrt(var + eps) * gamma + beta``; one pass computes sum and sum of squares."""
+    X = te.placeholder((rows, cols), check_dtype(dtype), "X")
+    G = te.placeholder((cols,), dtype, "gamma")
+    Bt = te.placeholder((cols,), dtype, "beta")
+    k1, k2 = te.reduce_axis(cols, "k"), te.reduce_axis(cols, "k")
+    s1 = te.compute((rows,), lambda i: te.sum(X[i, k1].astype("float32"), axis=k1), "T_sum")
+    s2 = te.compute((rows,), lambda i: te.sum(X[i, k2].astype("float32") * X[i, k2].astype("float32"), axis=k2),
+                    "T_sumsq")
+    n = binary("+", cols, 0).astype("float32")
+
+    def norm(i: Expr, j: Expr) -> Expr:
+        mean = s1[i] / n
+        var = te.maximum(s2[i] / n - mean * mean, 0.0)
+        y = (X[i, j].astype("float32") - mean) * te.rsqrt(var + eps)
+        return (y * G[j].astype("float32") + Bt[j].astype("float32")).astype(dtype)
+
+    Y = te.compute((rows, cols), norm, "Y")
+    return make_func([X, G, Bt, Y], "layernorm")
+
+
+def elementwise(shape: Sequence[ExprLike] = (4096, 4096), chain: Sequence[str] = ("add", "relu"),
+                dtype: str = "float32", scale: float = 0.5) -> Func:
+    """A chain of element-wise stages; ``add``/``mul`` combine with a second input ``Y``."""
+    check_dtype(dtype)
+    if not chain:
+        raise IRError("elementwise: chain must name at least one op")
+    bad = [op for op in chain if op not in ELEMENTWISE_OPS]
+    if bad:
+        raise IRError(f"elementwise: unknown op(s) {bad}; expected {ELEMENTWISE_OPS}")
+    shape = tuple(shape)
+    X = te.placeholder(shape, dtype, "X")
+    inputs = [X]
+    Y = None
+    if any(op in ("add", "mul") for op in chain):
+        Y = te.placeholder(shape, dtype, "Y")
+        inputs.append(Y)
+    cur = X
+    for n, op in enumerate(chain):
+        prev = cur
+
+        def f(*i: Expr, prev: te.Tensor = prev, op: str = op) -> Expr:
+            x = prev[i]
+            if op == "add":
+                return x + Y[i]
+            if op == "mul":
+                return x * Y[i]
+            if op == "scale":
+                return x * scale
+            xf = x.astype("float32")
+            y = {"relu": lambda: _relu(xf), "gelu": lambda: _gelu(xf), "exp": lambda: te.exp(xf),
+                 "sigmoid": lambda: te.sigmoid(xf), "tanh": lambda: te.tanh(xf)}[op]()
+            return y.astype(dtype)
+
+        cur = te.compute(shape, f, f"E{n}")
+    return make_func([*inputs, cur], "elementwise_" + "_".join(chain))
+
+
+def transpose(M: ExprLike = 4096, N: ExprLike = 4096, dtype: str = "float32") -> Func:
+    """``Y[j, i] = X[i, j]``."""
+    X = te.placeholder((M, N), check_dtype(dtype), "X")
+    Y = te.compute((N, M), lambda j, i: X[i, j], "Y")
+    return make_func([X, Y], "transpose")
+
+
+BUILTINS: dict[str, Callable[..., Func]] = {
+    "matmul": matmul, "gemv": gemv, "reduce": reduce, "softmax": softmax, "rmsnorm": rmsnorm,
+    "layernorm": layernorm, "elementwise": elementwise, "transpose": transpose,
+}
