@@ -48,6 +48,7 @@ from schedlib.ir import (
     var,
 )
 from schedlib.ir.func import make_func as _make_func
+from schedlib.runtime import Kernel, build
 
 __version__ = "0.1.0"
 
@@ -58,7 +59,7 @@ def func(tensors: list[Tensor], name: str = "main") -> Func:
 
 
 __all__ = [
-    "BuildError", "CompileError", "EmulatorError", "ExecutionError", "Func", "IRError", "ProfileError",
+    "BuildError", "CompileError", "Kernel", "build", "EmulatorError", "ExecutionError", "Func", "IRError", "ProfileError",
     "SchedlibError", "Schedule", "ScheduleError", "ShapeError", "Tensor", "Trace", "__version__", "abs",
     "compute", "erf", "exp", "func", "if_then_else", "log", "max", "maximum", "min", "minimum", "placeholder",
     "reduce_axis", "rsqrt", "run_reference", "sigmoid", "sqrt", "sum", "tanh", "var", "workloads",

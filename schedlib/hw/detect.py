@@ -159,8 +159,9 @@ def detect(device: int = 0, properties: Mapping[str, Any] | None = None) -> Hard
     """The profile of CUDA device ``device`` (through cupy), or of ``properties`` given as a mapping with
     the keys ``cupy.cuda.runtime.getDeviceProperties`` returns (so this is testable without a GPU).
 
-    Raises :class:`ProfileError` when cupy or a GPU is missing.  Warns (:class:`ProfileWarning`) when
-    no shipped profile matches and numbers had to be derived.
+    ``device`` is ignored when ``properties`` is given.  Raises :class:`ProfileError` when cupy or a
+    GPU is missing.  Warns (:class:`ProfileWarning`) when no shipped profile matches and numbers had to
+    be derived, or when the device's SM count differs from its profile's.
     """
     if properties is None:
         if isinstance(device, bool) or not isinstance(device, int) or device < 0:
@@ -172,7 +173,11 @@ def detect(device: int = 0, properties: Mapping[str, Any] | None = None) -> Hard
     name = raw_name.decode(errors="replace") if isinstance(raw_name, bytes) else str(raw_name)
     name = name.strip("\x00 ")
     label = f"<{where}: {name}>"
-    cc = f"{_prop(props, 'major', label)}.{_prop(props, 'minor', label)}"
+    for key in ("major", "minor"):
+        value = _prop(props, key, label)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 100:
+            raise ProfileError(f"{label}: device property '{key}' = {value!r}: must be a small integer")
+    cc = f"{props['major']}.{props['minor']}"
     structural: dict[str, Any] = {f: _prop(props, p, label) for p, f in _STRUCTURAL.items()}
     threads, warp = structural["max_threads_per_sm"], structural["warp_size"]
     if isinstance(threads, int) and isinstance(warp, int) and warp > 0:
@@ -254,6 +259,7 @@ def _derive(name: str, cc: str, structural: dict[str, Any], props: Mapping[str, 
         "shared_banks": SHARED_BANKS,
         "tensor_core_shapes": list(traits.tensor_core_shapes),
     }
+    profile = validate(raw, label)
     derived = ("bandwidth_gbs.dram", "bandwidth_gbs.l2", "bandwidth_gbs.shared", "peak_tflops.fp32_simt")
     warnings.warn(
         f"{label} (compute capability {cc}) matches no shipped hardware profile; derived estimates for "
@@ -262,4 +268,4 @@ def _derive(name: str, cc: str, structural: dict[str, Any], props: Mapping[str, 
         ProfileWarning,
         stacklevel=3,
     )
-    return dataclasses.replace(validate(raw, label), derived=derived)
+    return dataclasses.replace(profile, derived=derived)

@@ -113,13 +113,14 @@ class HardwareProfile:
     """One GPU's limits and throughputs, validated.  Build with :func:`load` or ``detect()``.
 
     ``origin`` says where the numbers came from (a file path or a device) and ``derived`` lists the
-    fields that were estimated rather than read from a source; neither takes part in equality.
+    fields that were estimated rather than read from a source; like ``source``, they are provenance and
+    take no part in equality.
     """
 
     key: str
     name: str
     aliases: tuple[str, ...]
-    source: tuple[str, ...]
+    source: tuple[str, ...] = field(compare=False)
     compute_capability: str
     sm_count: int
     warp_size: int
@@ -203,7 +204,7 @@ class HardwareProfile:
         unit = _DTYPE_UNITS.get((canonical, bool(tensor_core)))
         value = getattr(self.peak_tflops, unit) if unit else None
         if value is None:
-            where = f"no '{unit}' entry in peak_tflops" if unit else "no such unit on any supported GPU"
+            where = f"no '{unit}' entry in peak_tflops" if unit else "schedlib models no such unit"
             known = sorted({d for d, _ in _DTYPE_UNITS})
             raise ProfileError(
                 f"{self.key}: peak_flops(dtype={dtype!r}, tensor_core={bool(tensor_core)}): {where} "
@@ -265,12 +266,10 @@ def _section(label: str, name: str, raw: Mapping, keys: tuple[str, ...], require
     out = {}
     for k in keys:
         item = value.get(k, _MISSING)
-        if item is _MISSING or (item is None and k not in required):
-            if k in required:
-                raise _fail(label, f"{name}.{k}", item, "required field is absent")
-            out[k] = None
-        else:
-            out[k] = _number(label, f"{name}.{k}", item, integer, lo, hi)
+        if (item is _MISSING or item is None) and k in required:
+            raise _fail(label, f"{name}.{k}", item, "required field is absent or null")
+        absent = item is _MISSING or item is None
+        out[k] = None if absent else _number(label, f"{name}.{k}", item, integer, lo, hi)
     return out
 
 

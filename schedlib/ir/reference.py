@@ -34,20 +34,24 @@ def bind_symbols(func: Func, inputs: Mapping[str, Any]) -> dict[str, int]:
     env: dict[str, int] = {}
     for name in func.inputs:
         buf = func.buffer(name)
-        arr = np.asarray(inputs[name])
-        if arr.ndim != len(buf.shape):
-            raise ShapeError(f"{func.name}: input {name} has rank {arr.ndim}, expected {len(buf.shape)}")
+        arr = inputs[name]
+        if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
+            arr = np.asarray(arr)  # host containers; device arrays keep their memory
+        shape, dtype = tuple(arr.shape), np.dtype(arr.dtype)
+        if len(shape) != len(buf.shape):
+            raise ShapeError(f"{func.name}: input {name} has rank {len(shape)}, expected {len(buf.shape)}")
         want = numpy_dtype(buf.dtype)
-        if arr.dtype != want and not (buf.dtype == "bfloat16" and arr.dtype.name in ("float32", "bfloat16")):
-            raise ShapeError(f"{func.name}: input {name} has dtype {arr.dtype}, expected {buf.dtype}")
-        for d, (dim, size) in enumerate(zip(buf.shape, arr.shape)):
+        if dtype != want and not (buf.dtype == "bfloat16" and dtype.name in ("float32", "bfloat16")):
+            raise ShapeError(f"{func.name}: input {name} has dtype {dtype}, expected {buf.dtype}")
+        for d, (dim, size) in enumerate(zip(buf.shape, shape)):
             if isinstance(dim, Var):
                 if env.setdefault(dim.name, size) != size:
                     raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, but {dim.name}="
                                      f"{env[dim.name]} from an earlier input")
     for name in func.inputs:
         buf = func.buffer(name)
-        for d, (dim, size) in enumerate(zip(buf.shape, np.shape(inputs[name]))):
+        for d, (dim, size) in enumerate(zip(buf.shape, tuple(inputs[name].shape) if hasattr(inputs[name], "shape")
+                                            else np.shape(inputs[name]))):
             expect = evaluate_int(dim, env)
             if expect != size:
                 raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, expected {expect} ({dim})")

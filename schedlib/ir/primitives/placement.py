@@ -37,8 +37,15 @@ def _check_movable(func: Func, prim: str, blk: Block, host: Block) -> None:
         anc = func.block(anc.attach.block)
 
 
-def _fixed_loops(func: Func, host: Block, idx: int) -> set[str]:
-    return {lp.name for lp in func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]}
+def _fixed_loops(func: Func, host: Block, idx: int, scope: str) -> set[str]:
+    """Loops held constant when inferring a region under loop ``idx`` of ``host``.
+
+    A shared buffer serves every thread of a CUDA block, so loops bound to ``threadIdx`` are relaxed:
+    the region covers all threads, and the threads' own loops then share out the copy.
+    """
+    loops = func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]
+    return {lp.name for lp in loops
+            if not (scope == "shared" and lp.thread is not None and lp.thread.startswith("threadIdx"))}
 
 
 def _regenerate(func: Func, blk: Block, region: dict[str, tuple[Expr, Expr]], attach: Attach) -> Block:
@@ -112,7 +119,7 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     if outside:
         fail(prim, "loop", loop, f"{buf.name} is also read outside it, by {', '.join(outside)}")
     accesses = [(c, ld.indices) for c in consumers for ld in loads(c.value) if ld.buffer == buf.name]
-    fixed = _fixed_loops(func, host, idx)
+    fixed = _fixed_loops(func, host, idx, buf.scope)
     region = access_region(func, accesses, fixed, buf.shape)
     moved = _regenerate(func, blk, {a.name: r for a, r in zip(spatial, region)}, Attach(host.name, loop, "before"))
     out = func.with_block(moved)
@@ -174,7 +181,7 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     for lp in host.loops[: idx + 1]:
         if host.loop_kind(lp.name) == "R":
             fail(prim, "loop", loop, f"{lp.name} at or above it reduces; {host.name}'s results are not final there")
-    fixed = _fixed_loops(func, host, idx)
+    fixed = _fixed_loops(func, host, idx, buf.scope)
     region = access_region(func, [(host, host.store_indices)], fixed, buf.shape)
     moved = _regenerate(func, blk, {a: region[d] for a, d in dims.items()}, Attach(host.name, loop, "after"))
     out = func.with_block(moved)

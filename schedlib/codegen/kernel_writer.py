@@ -1,0 +1,388 @@
+"""Writes one CUDA kernel for one root block of a scheduled Func (the root and all blocks attached in it).
+
+How the sequential loop nest maps to CUDA:
+
+* a loop bound to ``blockIdx.*``/``threadIdx.*`` becomes that index (guarded when its extent is smaller
+  than the launch dimension); a nested loop bound to the same thread index is the same thread (the
+  cooperative copy of a shared tile);
+* a statement that no loop binds to some launched thread or block dimension would run redundantly in every
+  thread; when it writes shared or global memory it is guarded to run once (``threadIdx.x == 0``);
+* ``__syncthreads()`` surrounds every attached block that reads or writes shared memory (or a global
+  scratch buffer), so a tile is complete before it is read and not overwritten while being read;
+* a reduction whose reduce loop is bound to a thread index is a cross-thread reduction: each thread folds
+  its share into a register, then warp shuffles (and shared memory across warps) combine them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, literal, mangle
+from schedlib.codegen.layout import const_bytes, flatten, size_elements
+from schedlib.errors import BuildError
+from schedlib.ir.expr import Const, Expr, Load, as_int
+from schedlib.ir.func import Block, Buffer, Func, Loop
+from schedlib.ir.simplify import conjuncts, free_vars, simplify, substitute, var_ranges
+from schedlib.ir.tensor import identity
+
+STATIC_SMEM_LIMIT = 48 * 1024
+THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+
+
+@dataclass
+class _Ctx:
+    bound: dict[str, str] = field(default_factory=dict)  # tag -> loop name of the enclosing binding
+    divergent: bool = False  # inside a thread guard: no barrier may be placed here
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    grid: tuple[Expr, Expr, Expr]
+    block: tuple[int, int, int]
+    params: tuple[str, ...]
+    dynamic_smem: int
+    static_smem: int
+
+
+class KernelWriter:
+    def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
+        self.func = func
+        self.root = root
+        self.blocks = func.subtree(root.name, 0)
+        self.names = {b.name for b in self.blocks}
+        self.name = mangle(f"{func.name}_{root.name}")
+        self.scratch = scratch
+        self.lines: list[str] = []
+        self.decls: list[str] = []
+        self.depth = 1
+        self.last_sync = False
+        self.n_red = 0
+        self.bindings: dict[str, Expr] = {}
+        self.ranges: dict[str, tuple[int, int]] = {}
+        self.printer = ExprPrinter(self._load, self._var)
+        self._launch()
+        self._buffers()
+
+    # setup ------------------------------------------------------------------------------------
+    def _launch(self) -> None:
+        self.threads = dict.fromkeys(THREAD_TAGS, 1)
+        self.grid: dict[str, Expr] = {}
+        for b in self.blocks:
+            for lp in b.loops:
+                if lp.thread in THREAD_TAGS:
+                    self.threads[lp.thread] = max(self.threads[lp.thread], as_int(lp.extent) or 1)
+                elif lp.thread in BLOCK_TAGS:
+                    if b is not self.root:
+                        raise BuildError(f"block {b.name} binds {lp.name} to {lp.thread}, but only the "
+                                         f"outermost block of a kernel ({self.root.name}) may bind blockIdx")
+                    self.grid[lp.thread] = lp.extent
+        self.n_threads = math.prod(self.threads.values())
+        if self.n_threads > 1024:
+            raise BuildError(f"kernel {self.name}: {self.n_threads} threads per block exceed 1024")
+
+    def _buffers(self) -> None:
+        used: set[str] = set()
+        for b in self.blocks:
+            used.add(b.store)
+            used.update(b.read_buffers)
+        self.shared: list[Buffer] = []
+        self.local: list[Buffer] = []
+        for buf in self.func.buffers:
+            if buf.name not in used or buf.scope == "global":
+                continue
+            users = {b.name for b in self.func.producers(buf.name) + self.func.consumers(buf.name)}
+            if not users <= self.names:
+                raise BuildError(f"{buf.scope} buffer {buf.name} is used outside kernel {self.name} "
+                                 f"(by {', '.join(sorted(users - self.names))}); it cannot outlive the kernel")
+            (self.shared if buf.scope == "shared" else self.local).append(buf)
+        order = [*self.func.inputs, *self.func.outputs, *sorted(self.scratch)]
+        self.params = tuple(n for n in order if n in used) + tuple(self.func.symbols)
+
+    # printing helpers ------------------------------------------------------------------------
+    def _var(self, name: str) -> str:
+        return mangle(name)
+
+    def _index(self, buf: Buffer, indices: tuple[Expr, ...]) -> str:
+        """Flat index with the block's bindings substituted and simplified under the loop ranges, so
+        register arrays end up indexed by constants once loops are unrolled."""
+        flat = substitute(flatten(buf, indices), self.bindings)
+        return self.printer(simplify(flat, self.ranges))
+
+    def _load(self, ld: Load) -> str:
+        buf = self.func.buffer(ld.buffer)
+        return f"{mangle(buf.name)}[{self._index(buf, ld.indices)}]"
+
+    def _expr(self, e: Expr) -> str:
+        return self.printer(simplify(substitute(e, self.bindings), self.ranges))
+
+    def _emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+        self.last_sync = False
+
+    def _open(self, head: str = "") -> None:
+        if head.startswith("//"):
+            self._emit(head)
+            head = ""
+        self._emit(f"{head} {{" if head else "{")
+        self.depth += 1
+
+    def _close(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.depth -= 1
+            self._emit("}")
+
+    def _sync(self) -> None:
+        if not self.last_sync:
+            self._emit("__syncthreads();")
+            self.last_sync = True
+
+    # structure --------------------------------------------------------------------------------
+    def _open_loop(self, block: Block, lp: Loop, ctx: _Ctx) -> tuple[_Ctx, int]:
+        v = mangle(lp.name)
+        if lp.thread in THREAD_TAGS:
+            outer = ctx.bound.get(lp.thread)
+            if outer is not None and any(outer in free_vars(b) for b in block.bindings):
+                raise BuildError(f"block {block.name}: {lp.name} re-binds {lp.thread}, but the block also "
+                                 f"depends on the enclosing {outer}; bind threads before compute_at")
+            self._open("")
+            self._emit(f"const int {v} = {lp.thread};")
+            new = replace(ctx, bound={**ctx.bound, lp.thread: lp.name})
+            ext = as_int(lp.extent)
+            if ext is not None and ext < self.threads[lp.thread]:
+                self._open(f"if ({v} < {ext})")
+                return replace(new, divergent=True), 2
+            return new, 1
+        if lp.thread in BLOCK_TAGS:
+            self._open("")
+            self._emit(f"const int {v} = {lp.thread};")
+            return ctx, 1
+        if lp.unrolled or lp.vectorized:
+            self._emit("#pragma unroll")
+        self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
+        return ctx, 1
+
+    def _touches_memory_shared_by_threads(self, block: Block) -> bool:
+        bufs = [block.store, *block.read_buffers]
+        return any(self.func.buffer(b).scope == "shared" or b in self.scratch for b in bufs)
+
+    def _attached(self, block: Block, ctx: _Ctx) -> None:
+        needs_sync = self._touches_memory_shared_by_threads(block)
+        if needs_sync and ctx.divergent:
+            raise BuildError(f"block {block.name} shares memory between threads but sits inside a thread "
+                             "guard (a thread loop shorter than the launch); a barrier there would deadlock")
+        if needs_sync:
+            self._sync()
+        self.chain(block, ctx)
+        if needs_sync:
+            self._sync()
+
+    def chain(self, block: Block, ctx: _Ctx) -> None:
+        region = self._reduction_region(block)
+        closers: list[tuple[Loop, int]] = []
+        for i, lp in enumerate(block.loops):
+            if region is not None and i == region:
+                self._cross_thread_reduction(block, i, ctx)
+                break
+            ctx, braces = self._open_loop(block, lp, ctx)
+            closers.append((lp, braces))
+            for b in self.func.attached_at(block.name, lp.name, "before"):
+                self._attached(b, ctx)
+        else:
+            self._statement(block, ctx)
+        for lp, braces in reversed(closers):
+            for b in self.func.attached_at(block.name, lp.name, "after"):
+                self._attached(b, ctx)
+            self._close(braces)
+
+    # statements -------------------------------------------------------------------------------
+    def _enter(self, block: Block) -> None:
+        """Make ``block``'s axis bindings and loop ranges current for printing its expressions."""
+        self.bindings = {a.name: b for a, b in zip(block.axes, block.bindings)}
+        self.ranges = var_ranges({lp.name: lp.extent for lp in self.func.all_loops(block)})
+
+    def _store(self, block: Block) -> tuple[Buffer, str]:
+        buf = self.func.buffer(block.store)
+        return buf, f"{mangle(buf.name)}[{self._index(buf, block.store_indices)}]"
+
+    def _once_guards(self, block: Block, ctx: _Ctx, skip: str | None = None) -> list[str]:
+        """Conditions making a store to shared/global memory happen once instead of in every thread."""
+        if self.func.buffer(block.store).scope == "local":
+            return []
+        own = {lp.thread for lp in block.loops if lp.thread}
+        return [f"{tag} == 0" for tag in THREAD_TAGS
+                if self.threads[tag] > 1 and tag not in ctx.bound and tag not in own and tag != skip]
+
+    def _combine(self, reducer: str, a: str, b: str, dtype: str) -> str:
+        if reducer == "sum":
+            return f"{a} + {b}"
+        fn = ("fmaxf" if reducer == "max" else "fminf") if dtype.startswith(("float", "bfloat")) else reducer
+        return f"{fn}({a}, {b})"
+
+    def _statement(self, block: Block, ctx: _Ctx) -> None:
+        self._open(f"// block {block.name}")
+        self._enter(block)
+        buf, target = self._store(block)
+        conds = [self._expr(p) for p in conjuncts(block.predicate)] + self._once_guards(block, ctx)
+        if conds:
+            self._open(f"if ({' && '.join(conds)})")
+        value = self._expr(block.value)
+        if block.reducer is None:
+            self._emit(f"{target} = static_cast<{ctype(buf.dtype)}>({value});")
+        else:
+            if block.init is not None:
+                first = [f"{self._expr(self.bindings[a.name])} == 0" for a in block.axes if a.kind == "R"]
+                init = self._expr(block.init)
+                self._emit(f"if ({' && '.join(first) or 'true'}) {target} = static_cast<{ctype(buf.dtype)}>({init});")
+            current = f"static_cast<{compute_type(buf.dtype)}>({target})"
+            combined = self._combine(block.reducer, current, value, buf.dtype)
+            self._emit(f"{target} = static_cast<{ctype(buf.dtype)}>({combined});")
+        if conds:
+            self._close()
+        self._close()
+
+    def _reduction_region(self, block: Block) -> int | None:
+        """Index of the first reduce loop when some reduce loop is bound to a thread index."""
+        if block.reducer is None:
+            return None
+        kinds = [block.loop_kind(lp.name) for lp in block.loops]
+        if not any(k == "R" and lp.thread in THREAD_TAGS for k, lp in zip(kinds, block.loops)):
+            return None
+        start = kinds.index("R")
+        for lp, k in zip(block.loops[start:], kinds[start:]):
+            if k == "S":
+                raise BuildError(f"block {block.name}: spatial loop {lp.name} lies inside a cross-thread "
+                                 "reduction; move spatial loops outside the reduction loops")
+            if self.func.attached_at(block.name, lp.name):
+                raise BuildError(f"block {block.name}: blocks are attached inside its cross-thread reduction")
+        return start
+
+    def _cross_thread_reduction(self, block: Block, start: int, ctx: _Ctx) -> None:
+        region = block.loops[start:]
+        tags = sorted({lp.thread for lp in region if lp.thread in THREAD_TAGS})
+        if len(tags) != 1:
+            raise BuildError(f"block {block.name}: a cross-thread reduction must use one thread index, got {tags}")
+        if ctx.divergent:
+            raise BuildError(f"block {block.name}: cross-thread reduction inside a thread guard would deadlock")
+        tag = tags[0]
+        dtype = block.value.dtype
+        acc = compute_type(dtype)
+        self._open(f"// block {block.name}: cross-thread reduction over {tag}")
+        self._emit(f"{acc} sl_red = {literal(identity(block.reducer, dtype).value, dtype)};")
+        braces = 0
+        for lp in region:
+            v = mangle(lp.name)
+            if lp.thread in THREAD_TAGS:
+                self._open("")
+                self._emit(f"const int {v} = {lp.thread};")
+                braces += 1
+                if (as_int(lp.extent) or 0) < self.threads[lp.thread]:
+                    self._open(f"if ({v} < {self.printer(lp.extent)})")
+                    braces += 1
+            else:
+                if lp.unrolled:
+                    self._emit("#pragma unroll")
+                self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
+                braces += 1
+        self._open("")
+        self._enter(block)
+        value = self._expr(block.value)
+        update = f"sl_red = {self._combine(block.reducer, 'sl_red', value, dtype)};"
+        if block.predicate is not None:
+            update = f"if ({self._expr(block.predicate)}) {update}"
+        self._emit(update)
+        self._close(braces + 1)
+        self._allreduce(block.reducer, dtype, tag)
+        self._open("")
+        region_vars = {lp.name for lp in region} | {a.name for a in block.axes if a.kind == "R"}
+        spatial = [p for p in conjuncts(block.predicate) if not free_vars(p) & region_vars]
+        conds = [self._expr(p) for p in spatial]
+        buf, target = self._store(block)
+        if buf.scope != "local":
+            conds.append(f"{tag} == 0")
+        conds += self._once_guards(block, ctx, skip=tag)
+        result = "sl_red"
+        if block.init is None:
+            result = self._combine(block.reducer, f"static_cast<{acc}>({target})", "sl_red", dtype)
+        line = f"{target} = static_cast<{ctype(buf.dtype)}>({result});"
+        self._emit(f"if ({' && '.join(conds)}) {line}" if conds else line)
+        self._close(2)
+
+    def _allreduce(self, reducer: str, dtype: str, tag: str) -> None:
+        size = self.threads[tag]
+        acc = compute_type(dtype)
+        pow2 = size & (size - 1) == 0
+        mask = "0xffffffffu" if self.n_threads >= 32 else f"{(1 << self.n_threads) - 1}u"
+        if tag == "threadIdx.x" and pow2 and size <= 32:
+            self._emit("#pragma unroll")
+            self._emit(f"for (int sl_off = {size // 2}; sl_off > 0; sl_off >>= 1) "
+                       f"sl_red = {self._combine(reducer, 'sl_red', f'__shfl_xor_sync({mask}, sl_red, sl_off, {size})', dtype)};")
+            return
+        self.n_red += 1
+        buf = f"sl_red_buf{self.n_red}"
+        dx, dy = self.threads["threadIdx.x"], self.threads["threadIdx.y"]
+        linear = f"(threadIdx.x + {dx} * (threadIdx.y + {dy} * threadIdx.z))"
+        if tag == "threadIdx.x" and pow2 and size % 32 == 0:
+            warps = size // 32
+            self.decls.append(f"SL_SHARED({acc}, {buf}, {max(self.n_threads // 32, 1)});")
+            self._emit("#pragma unroll")
+            self._emit(f"for (int sl_off = 16; sl_off > 0; sl_off >>= 1) "
+                       f"sl_red = {self._combine(reducer, 'sl_red', '__shfl_xor_sync(0xffffffffu, sl_red, sl_off, 32)', dtype)};")
+            row = f"({linear} / {size}) * {warps}"
+            self._emit(f"if (threadIdx.x % 32 == 0) {buf}[{row} + threadIdx.x / 32] = sl_red;")
+            self._sync()
+            self._emit(f"sl_red = {buf}[{row}];")
+            self._emit(f"for (int sl_w = 1; sl_w < {warps}; ++sl_w) "
+                       f"sl_red = {self._combine(reducer, 'sl_red', f'{buf}[{row} + sl_w]', dtype)};")
+            self._sync()
+            return
+        # General case: every thread publishes its partial, then folds its group's partials in order.
+        self.decls.append(f"SL_SHARED({acc}, {buf}, {self.n_threads});")
+        stride = {"threadIdx.x": 1, "threadIdx.y": dx, "threadIdx.z": dx * dy}[tag]
+        self._emit(f"{buf}[{linear}] = sl_red;")
+        self._sync()
+        base = f"({linear} - {tag} * {stride})"
+        self._emit(f"sl_red = {buf}[{base}];")
+        self._emit(f"for (int sl_j = 1; sl_j < {size}; ++sl_j) "
+                   f"sl_red = {self._combine(reducer, 'sl_red', f'{buf}[{base} + sl_j * {stride}]', dtype)};")
+        self._sync()
+
+    # assembly ---------------------------------------------------------------------------------
+    def write(self) -> tuple[str, KernelSpec]:
+        self.chain(self.root, _Ctx())
+        body = self.lines
+        decls: list[str] = []
+        static = sum(const_bytes(b) for b in self.shared)
+        dynamic = 0
+        if static > STATIC_SMEM_LIMIT:
+            decls.append("SL_DYN_SHARED(sl_smem);")
+            offset = 0
+            for b in self.shared:
+                n = as_int(size_elements(b))
+                decls.append(f"SL_SHARED_VIEW({ctype(b.dtype)}, {mangle(b.name)}, sl_smem, {offset}, {n});")
+                offset += (const_bytes(b) + 15) // 16 * 16
+            dynamic, static = offset, 0
+        else:
+            for b in self.shared:
+                decls.append(f"SL_SHARED({ctype(b.dtype)}, {mangle(b.name)}, {as_int(size_elements(b))});")
+        for b in self.local:
+            n = as_int(size_elements(b))
+            if n is None:
+                raise BuildError(f"local buffer {b.name} has symbolic size; compact it with compute_at")
+            decls.append(f"{ctype(b.dtype)} {mangle(b.name)}[{n}];")
+        decls += self.decls
+        params = []
+        for p in self.params:
+            if p in self.func.symbols:
+                params.append(f"int {mangle(p)}")
+            else:
+                params.append(f"SL_GLOBAL({ctype(self.func.buffer(p).dtype)}) {mangle(p)}")
+        head = f'extern "C" __global__ void __launch_bounds__({self.n_threads}) {self.name}({", ".join(params)}) {{'
+        text = "\n".join([head, *("  " + d for d in decls), *body, "}"])
+        grid = tuple(self.grid.get(t, Const(1)) for t in BLOCK_TAGS)
+        block = tuple(self.threads[t] for t in THREAD_TAGS)
+        spec = KernelSpec(self.name, grid, block, self.params, dynamic, static)  # type: ignore[arg-type]
+        return text, spec
+

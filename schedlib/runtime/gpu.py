@@ -1,0 +1,109 @@
+"""Running a Kernel on the GPU through cupy: argument conversion, module cache, launches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from schedlib.cache import content_hash
+from schedlib.errors import BuildError, ShapeError
+from schedlib.ir.dtype import numpy_dtype
+from schedlib.ir.reference import bind_symbols, evaluate_int
+
+_MODULES: dict[str, Any] = {}
+STATIC_SMEM_LIMIT = 48 * 1024
+
+
+def require_cupy() -> Any:
+    """cupy with at least one visible device, or a BuildError saying what is missing."""
+    try:
+        import cupy
+    except ImportError:
+        raise BuildError("running on the GPU needs cupy: pip install 'schedlib[cuda12]' or 'schedlib[cuda13]'"
+                         ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # cupy raises CUDARuntimeError without a driver
+        raise BuildError(f"no usable CUDA device ({exc}); use Kernel.run_cpu to emulate") from None
+    if count < 1:
+        raise BuildError("no CUDA device is visible; use Kernel.run_cpu to emulate")
+    return cupy
+
+
+def gpu_available() -> bool:
+    try:
+        require_cupy()
+    except BuildError:
+        return False
+    return True
+
+
+def to_device(cp: Any, x: Any, name: str) -> Any:
+    if isinstance(x, cp.ndarray):
+        return x
+    if hasattr(x, "__cuda_array_interface__"):
+        return cp.asarray(x)
+    if hasattr(x, "__dlpack__"):
+        try:
+            return cp.from_dlpack(x)
+        except Exception as exc:
+            raise ShapeError(f"argument {name}: cannot take it through DLPack ({exc})") from None
+    if isinstance(x, np.ndarray):
+        raise ShapeError(f"argument {name} is a host numpy array; pass cupy.asarray(x), or use run_cpu")
+    raise ShapeError(f"argument {name} ({type(x).__name__}) is not a device array")
+
+
+def module_for(cp: Any, source: str) -> Any:
+    key = content_hash(source)
+    mod = _MODULES.get(key)
+    if mod is None:
+        mod = cp.RawModule(code=source, options=("-std=c++17",))
+        _MODULES[key] = mod
+    return mod
+
+
+def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
+    cp = require_cupy()
+    func = kernel.func
+    names = [*func.inputs, *func.outputs]
+    arrays = [to_device(cp, a, n) for a, n in zip(arrays, names)]
+    inputs, outputs = kernel._split_args(arrays)
+    symbols = bind_symbols(func, inputs)
+    args: dict[str, Any] = {}
+    for name, arr in inputs.items():
+        args[name] = _device_bf16(cp, arr) if func.buffer(name).dtype == "bfloat16" else cp.ascontiguousarray(arr)
+    if outputs is None:
+        outputs = {n: cp.empty(s, dtype=numpy_dtype(func.buffer(n).dtype))
+                   for n, s in kernel._shapes(symbols, func.outputs).items()}
+    else:
+        kernel._check_outputs(outputs, symbols)
+    for name, arr in outputs.items():
+        if func.buffer(name).dtype == "bfloat16":
+            args[name] = cp.empty(arr.shape, dtype=cp.uint16)
+        else:
+            if not arr.flags.c_contiguous:
+                raise ShapeError(f"output {name} must be C-contiguous")
+            args[name] = arr
+    for buf in kernel.module.scratch:
+        shape = tuple(evaluate_int(d, symbols) for d in buf.shape)
+        args[buf.name] = cp.empty(shape, dtype=cp.uint16 if buf.dtype == "bfloat16" else numpy_dtype(buf.dtype))
+    module = module_for(cp, kernel.source)
+    for spec in kernel.launch:
+        fn = module.get_function(spec.name)
+        if spec.dynamic_smem > STATIC_SMEM_LIMIT:
+            fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
+        params = tuple(np.int32(symbols[p]) if p in symbols else args[p] for p in spec.params)
+        fn(spec.grid_for(symbols), spec.block, params, shared_mem=spec.dynamic_smem)
+    for name, arr in outputs.items():
+        if func.buffer(name).dtype == "bfloat16":
+            arr[...] = (args[name].astype(cp.uint32) << 16).view(cp.float32)
+    return kernel._result(outputs)
+
+
+def _device_bf16(cp: Any, arr: Any) -> Any:
+    """float32 values -> bfloat16 bit patterns (round to nearest even), on the device."""
+    bits = cp.ascontiguousarray(arr, dtype=cp.float32).view(cp.uint32)
+    rounded = bits + (((bits >> 16) & 1) + 0x7FFF)
+    return (rounded >> 16).astype(cp.uint16)

@@ -1,0 +1,165 @@
+"""``sl.build``: a scheduled Func becomes a :class:`Kernel` that runs on the GPU (cupy), on the CPU
+emulator (the exact same CUDA source compiled by g++), or is only compile-checked with nvcc.
+
+Calling convention, on every path: pass the inputs in ``func.inputs`` order; the outputs are allocated and
+returned (a single array, or a tuple when there are several).  Passing inputs followed by outputs writes
+into the given outputs instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from schedlib.codegen import CudaModule, generate
+from schedlib.errors import BuildError, ShapeError
+from schedlib.ir.dtype import numpy_dtype
+from schedlib.ir.expr import Expr
+from schedlib.ir.func import Func
+from schedlib.ir.reference import bind_symbols, evaluate_int
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How one kernel of the module is launched; ``grid`` may depend on symbolic dimensions."""
+
+    name: str
+    grid: tuple[Expr, Expr, Expr]
+    block: tuple[int, int, int]
+    dynamic_smem: int
+    params: tuple[str, ...]
+
+    def grid_for(self, symbols: Mapping[str, int]) -> tuple[int, int, int]:
+        g = tuple(max(evaluate_int(e, symbols), 1) for e in self.grid)
+        return g  # type: ignore[return-value]
+
+
+class Kernel:
+    """Generated CUDA for one scheduled Func, plus ways to run and check it."""
+
+    def __init__(self, module: CudaModule, arch: str, target: Any = None) -> None:
+        self.module = module
+        self.func: Func = module.func
+        self.arch = arch
+        self.target = target
+        self.launch: tuple[LaunchSpec, ...] = tuple(
+            LaunchSpec(k.name, k.grid, k.block, k.dynamic_smem, k.params) for k in module.kernels)
+        self._gpu_functions: list[Any] | None = None
+
+    @property
+    def source(self) -> str:
+        return self.module.source
+
+    # argument handling --------------------------------------------------------------------------
+    def _split_args(self, arrays: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        n_in, n_out = len(self.func.inputs), len(self.func.outputs)
+        if len(arrays) not in (n_in, n_in + n_out):
+            raise ShapeError(f"kernel {self.func.name} takes {n_in} inputs {list(self.func.inputs)} "
+                             f"(optionally followed by {n_out} outputs {list(self.func.outputs)}), "
+                             f"got {len(arrays)} arrays")
+        inputs = dict(zip(self.func.inputs, arrays[:n_in]))
+        outputs = dict(zip(self.func.outputs, arrays[n_in:])) if len(arrays) > n_in else None
+        return inputs, outputs
+
+    def _shapes(self, symbols: Mapping[str, int], names: Sequence[str]) -> dict[str, tuple[int, ...]]:
+        return {n: tuple(evaluate_int(d, symbols) for d in self.func.buffer(n).shape) for n in names}
+
+    def _check_outputs(self, outputs: Mapping[str, Any], symbols: Mapping[str, int]) -> None:
+        for name, shape in self._shapes(symbols, self.func.outputs).items():
+            arr = outputs[name]
+            want = numpy_dtype(self.func.buffer(name).dtype)
+            if tuple(arr.shape) != shape or np.dtype(arr.dtype) != want:
+                raise ShapeError(f"kernel {self.func.name}: output {name} must be {want}{list(shape)}, "
+                                 f"got {np.dtype(arr.dtype)}{list(arr.shape)}")
+
+    @staticmethod
+    def _result(outputs: Mapping[str, Any]) -> Any:
+        values = tuple(outputs.values())
+        return values[0] if len(values) == 1 else values
+
+    # CPU emulator -----------------------------------------------------------------------------
+    def run_cpu(self, *arrays: np.ndarray, bounds_check: bool = False, threads: int | None = None) -> Any:
+        """Run the exact CUDA source on the CPU emulator; numpy in, numpy out."""
+        from schedlib.runtime.emulator import KernelLaunch, emulate
+
+        inputs, outputs = self._split_args(arrays)
+        inputs = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
+        symbols = bind_symbols(self.func, inputs)
+        if outputs is None:
+            outputs = {n: np.full(s, np.nan if numpy_dtype(self.func.buffer(n).dtype).kind == "f" else 0,
+                                  dtype=numpy_dtype(self.func.buffer(n).dtype))
+                       for n, s in self._shapes(symbols, self.func.outputs).items()}
+        else:
+            self._check_outputs(outputs, symbols)
+        args: dict[str, Any] = {**{k: _as_c_array(v, self.func.buffer(k).dtype) for k, v in inputs.items()}}
+        bf16_out = {n for n in outputs if self.func.buffer(n).dtype == "bfloat16"}
+        for name, arr in outputs.items():
+            if not arr.flags.c_contiguous:
+                raise ShapeError(f"kernel {self.func.name}: output {name} must be C-contiguous")
+            args[name] = _as_c_array(arr, self.func.buffer(name).dtype) if name in bf16_out else arr
+        for buf in self.module.scratch:
+            shape = tuple(evaluate_int(d, symbols) for d in buf.shape)
+            args[buf.name] = np.zeros(shape, dtype=np.uint16 if buf.dtype == "bfloat16" else numpy_dtype(buf.dtype))
+        args.update({s: int(v) for s, v in symbols.items()})
+        launches = [KernelLaunch(spec.name, spec.grid_for(symbols), spec.block, spec.params, spec.dynamic_smem)
+                    for spec in self.launch]
+        emulate(self.source, launches, args, bounds_check=bounds_check, threads=threads)
+        for name in bf16_out:
+            outputs[name][...] = _from_bf16_bits(args[name])
+        return self._result(outputs)
+
+    # compile check ----------------------------------------------------------------------------
+    def compile_check(self, arch: str | None = None) -> Any:
+        """Compile with nvcc (or NVRTC) for ``arch``; returns registers, shared memory and spills."""
+        from schedlib.runtime.nvcc import compile_check
+
+        return compile_check(self.source, arch or self.arch)
+
+    # GPU --------------------------------------------------------------------------------------
+    def __call__(self, *arrays: Any) -> Any:
+        """Run on the GPU through cupy.  Accepts cupy arrays, torch tensors or anything with DLPack or
+        ``__cuda_array_interface__``."""
+        from schedlib.runtime.gpu import launch_on_gpu
+
+        return launch_on_gpu(self, arrays)
+
+    def __repr__(self) -> str:
+        names = ", ".join(s.name for s in self.launch)
+        return f"<Kernel {self.func.name} [{names}] arch={self.arch}>"
+
+
+def _as_c_array(arr: np.ndarray, dtype: str) -> np.ndarray:
+    """The bytes a kernel sees: bfloat16 values (held as float32) become their 16-bit patterns."""
+    if dtype != "bfloat16":
+        return np.ascontiguousarray(arr)
+    if np.dtype(arr.dtype).name == "bfloat16":
+        return np.ascontiguousarray(arr).view(np.uint16)
+    from schedlib.ir.dtype import round_to_dtype
+
+    bits = round_to_dtype(np.asarray(arr, dtype=np.float32), "bfloat16").view(np.uint32)
+    return np.ascontiguousarray((bits >> 16).astype(np.uint16))
+
+
+def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def build(schedule: Any, target: Any = "h100") -> Kernel:
+    """Generate CUDA for a Schedule (or Func) for ``target`` (a profile name, path or HardwareProfile)."""
+    func = getattr(schedule, "func", schedule)
+    if not isinstance(func, Func):
+        raise BuildError(f"build needs a Schedule or Func, got {type(schedule).__name__}")
+    arch, profile = _arch(target)
+    return Kernel(generate(func), arch, profile)
+
+
+def _arch(target: Any) -> tuple[str, Any]:
+    if isinstance(target, str) and target.startswith("sm_"):
+        return target, None
+    from schedlib.hw import resolve
+
+    profile = resolve(target)
+    return profile.arch, profile
