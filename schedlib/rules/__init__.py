@@ -1,0 +1,79 @@
+"""Zero-search expert rules.  ``apply_default`` tries them in order; ``explain`` says who took a func and why
+the others declined.  Each rule also exposes its knob ``space`` for the carver and the search."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from schedlib.hw import resolve
+from schedlib.ir.func import Func
+from schedlib.ir.schedule import Schedule
+from schedlib.rules.base import Config, Knob, Rule, Space, Tiling
+from schedlib.rules.matmul import MatmulRule
+
+log = logging.getLogger("schedlib.rules")
+
+RULES: list[Rule] = [MatmulRule()]
+
+
+def get_rule(name: str) -> Rule:
+    for r in RULES:
+        if r.name == name:
+            return r
+    raise KeyError(f"no rule named {name!r}; rules are {[r.name for r in RULES]}")
+
+
+def find_rule(func: Func, target: Any) -> Rule:
+    """The first rule, in dispatch order, that applies to ``func``."""
+    profile = resolve(target)
+    for rule in RULES:
+        try:
+            if rule.applies(func, profile) is None:
+                return rule
+        except Exception as exc:  # a rule that crashes while matching is skipped, never fatal
+            log.warning("rule %s failed while matching %s: %s", rule.name, func.name, exc)
+    raise LookupError(f"no rule applies to {func.name}")
+
+
+def _apply_one(func: Func, target: Any) -> Schedule:
+    profile = resolve(target)
+    for rule in RULES:
+        try:
+            sch = rule.apply(func, profile)
+        except Exception as exc:  # logged and skipped: the dispatcher never aborts on one rule
+            log.warning("rule %s raised on %s: %s: %s", rule.name, func.name, type(exc).__name__, exc)
+            continue
+        if sch is not None:
+            return sch
+    raise LookupError(f"no rule applies to {func.name}")
+
+
+def apply_default(func_or_list: Func | Sequence[Func], target: Any = "h100") -> Schedule | list[Schedule]:
+    """The first applicable rule's expert schedule (for a list: one schedule per func)."""
+    if isinstance(func_or_list, Func):
+        return _apply_one(func_or_list, target)
+    return [_apply_one(f, target) for f in func_or_list]
+
+
+def explain(func: Func, target: Any = "h100") -> str:
+    """Which rule takes ``func`` on ``target`` and why each earlier rule declined."""
+    profile = resolve(target)
+    lines = [f"func {func.name} on {profile.key}:"]
+    for rule in RULES:
+        try:
+            why = rule.applies(func, profile)
+        except Exception as exc:
+            why = f"raised {type(exc).__name__}: {exc}"
+        if why is None:
+            config = rule.default_config(func, profile)
+            lines.append(f"  {rule.name}: APPLIES with default config {config}")
+            return "\n".join(lines)
+        lines.append(f"  {rule.name}: declined: {why}")
+    lines.append("  no rule applies")
+    return "\n".join(lines)
+
+
+__all__ = ["RULES", "Config", "Knob", "Rule", "Space", "Tiling", "apply_default", "explain", "find_rule",
+           "get_rule"]

@@ -1,0 +1,92 @@
+"""Pattern facts read off a Func's structure: S/R kinds and access indices, never block or buffer names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schedlib.ir.expr import Binary, Cast, Expr, Load, Var, as_int
+from schedlib.ir.func import Block, Func
+from schedlib.ir.simplify import loads
+
+
+@dataclass(frozen=True)
+class Access:
+    """One load: the buffer and, per index dimension, the axis it is (None if not a plain axis)."""
+
+    buffer: str
+    axes: tuple[str | None, ...]
+
+    @property
+    def plain(self) -> bool:
+        return all(a is not None for a in self.axes)
+
+
+def access_of(block: Block, ld: Load) -> Access:
+    names = {a.name for a in block.axes}
+    return Access(ld.buffer, tuple(i.name if isinstance(i, Var) and i.name in names else None
+                                   for i in ld.indices))
+
+
+def accesses(block: Block) -> list[Access]:
+    return [access_of(block, ld) for ld in loads(block.value)]
+
+
+def stores_plainly(block: Block) -> bool:
+    """The block writes ``out[s0, s1, ...]`` at its spatial axes in order."""
+    spatial = [a.name for a in block.axes if a.kind == "S"]
+    return [i.name if isinstance(i, Var) else None for i in block.store_indices] == spatial
+
+
+def strip_casts(e: Expr) -> Expr:
+    while isinstance(e, Cast):
+        e = e.value
+    return e
+
+
+def product_operands(e: Expr) -> tuple[Load, Load] | None:
+    """``cast(a[...]) * cast(b[...])`` -> the two loads."""
+    e = strip_casts(e)
+    if isinstance(e, Binary) and e.op == "*":
+        a, b = strip_casts(e.a), strip_casts(e.b)
+        if isinstance(a, Load) and isinstance(b, Load):
+            return a, b
+    return None
+
+
+def is_elementwise(block: Block) -> bool:
+    """Spatial, stored at its axes, and every load indexed by plain axes (broadcasts allowed)."""
+    return block.reducer is None and stores_plainly(block) and all(acc.plain for acc in accesses(block))
+
+
+def epilogue_chain(func: Func, main: Block) -> list[Block] | str:
+    """Element-wise blocks after ``main`` that consume its result in a chain, or why there is none."""
+    chain: list[Block] = []
+    current = main
+    for b in func.blocks[func.blocks.index(main) + 1:]:
+        if not is_elementwise(b):
+            return f"block {b.name} after {main.name} is not element-wise"
+        produced = [r for r in b.read_buffers if func.producers(r)]
+        if produced != [current.store]:
+            return f"block {b.name} does not consume only {current.store}"
+        reads = [acc for acc in accesses(b) if acc.buffer == current.store]
+        spatial = tuple(a.name for a in b.axes)
+        if any(acc.axes != spatial for acc in reads):
+            return f"block {b.name} reads {current.store} at permuted indices"
+        if len(func.consumers(current.store)) != 1:
+            return f"{current.store} has several consumers"
+        chain.append(b)
+        current = b
+    return chain
+
+
+def const_or(e: Expr, default: int) -> int:
+    """A constant extent, or ``default`` for a symbolic one (rules plan for a representative value)."""
+    v = as_int(e)
+    return default if v is None else v
+
+
+def ceil_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p

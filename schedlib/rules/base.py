@@ -1,0 +1,175 @@
+"""The contract every rule keeps: a knob space, the tiling a point of it means, and ``apply``.
+
+The three ways of choosing a schedule (rule default, carver, search) all fill the *same* :class:`Space`, so
+their results are configs of one template and compare like with like.  A config is a plain JSON-able dict
+``{knob name: value}``.  :meth:`Rule.tiling` tells the carver what a config means physically (tile sizes per
+axis, threads, shared memory); the carver's model is generic over that.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedlib.errors import ScheduleError
+from schedlib.hw import HardwareProfile, resolve
+from schedlib.ir.func import Func
+from schedlib.ir.schedule import Schedule
+
+Config = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One tunable with its legal values, ordered from small to large where that means anything."""
+
+    name: str
+    values: tuple[Any, ...]
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Space:
+    """The knobs of one rule for one func and target; ``check`` rejects combinations that cannot run."""
+
+    rule: str
+    knobs: tuple[Knob, ...]
+    check: Callable[[Config], str | None] | None = field(default=None, compare=False)
+
+    @property
+    def names(self) -> list[str]:
+        return [k.name for k in self.knobs]
+
+    def knob(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    @property
+    def size(self) -> int:
+        """Points in the full cartesian product (before ``check``)."""
+        return math.prod(len(k.values) for k in self.knobs)
+
+    def reason(self, config: Mapping[str, Any]) -> str | None:
+        """Why ``config`` is not a legal point (None when it is)."""
+        for k in self.knobs:
+            if k.name not in config:
+                return f"knob {k.name} is missing"
+            if config[k.name] not in k.values:
+                return f"knob {k.name}={config[k.name]!r} is not one of {list(k.values)}"
+        extra = set(config) - set(self.names)
+        if extra:
+            return f"unknown knob(s) {sorted(extra)}; the {self.rule} space has {self.names}"
+        return self.check(dict(config)) if self.check else None
+
+    def validate(self, config: Mapping[str, Any]) -> Config:
+        why = self.reason(config)
+        if why is not None:
+            raise ScheduleError(f"{self.rule}.apply", "config", dict(config), why)
+        return dict(config)
+
+    def is_legal(self, config: Mapping[str, Any]) -> bool:
+        return self.reason(config) is None
+
+    def enumerate(self, limit: int | None = None) -> Iterator[Config]:
+        """Legal points in lexicographic order of the knob values."""
+        n = 0
+        for values in itertools.product(*(k.values for k in self.knobs)):
+            config = dict(zip(self.names, values))
+            if self.check is None or self.check(config) is None:
+                yield config
+                n += 1
+                if limit is not None and n >= limit:
+                    return
+
+    def sample(self, rng: random.Random, tries: int = 1000) -> Config:
+        """A random legal point (rejection sampling)."""
+        for _ in range(tries):
+            config = {k.name: rng.choice(k.values) for k in self.knobs}
+            if self.is_legal(config):
+                return config
+        raise ScheduleError(f"{self.rule}.space", "sample", tries, "found no legal point")
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """What one config means on the GPU, for the analytical model.
+
+    ``block_tile`` maps each axis of the main block to the extent one CUDA block covers (reduce axes: the
+    whole extent a block reduces, i.e. extent / split_k).  ``step`` maps reduce axes to the slice loaded
+    per pipeline step.  ``thread_tile`` is the per-thread share of the spatial axes.
+    """
+
+    main_block: str
+    block_tile: dict[str, int]
+    thread_tile: dict[str, int]
+    step: dict[str, int]
+    threads: int
+    shared_bytes: int
+    registers: int  # estimate per thread
+    vector: int = 1
+    stages: int = 1
+    split_k: int = 1
+    tensor_core: bool = False
+
+
+class Rule(ABC):
+    """A schedule template: ``analyze`` recognises the pattern (by S/R structure, never by names)."""
+
+    name: str = "rule"
+
+    @abstractmethod
+    def analyze(self, func: Func, target: HardwareProfile) -> Any:
+        """The pattern facts the rule needs, or a ``str`` saying why it does not apply."""
+
+    @abstractmethod
+    def space(self, func: Func, target: Any) -> Space:
+        """The knob space for this func on this target."""
+
+    @abstractmethod
+    def default_config(self, func: Func, target: Any) -> Config:
+        """The expert choice, derived from the profile's numbers."""
+
+    @abstractmethod
+    def schedule(self, func: Func, facts: Any, config: Config, target: HardwareProfile) -> Schedule:
+        """Build the schedule for one legal config."""
+
+    def tiling(self, func: Func, target: Any, config: Config) -> Tiling | None:
+        """Physical meaning of ``config`` for the carver (None: not modelled)."""
+        return None
+
+    def applies(self, func: Func, target: Any) -> str | None:
+        """None when the rule applies, else the reason it declines."""
+        facts = self.analyze(func, resolve(target))
+        return facts if isinstance(facts, str) else None
+
+    def apply(self, func: Func, target: Any, config: Mapping[str, Any] | None = None) -> Schedule | None:
+        """The schedule for ``config`` (the expert default when None); None when the rule does not apply."""
+        profile = resolve(target)
+        facts = self.analyze(func, profile)
+        if isinstance(facts, str):
+            return None
+        space = self.space(func, profile)
+        chosen = self.default_config(func, profile) if config is None else space.validate(config)
+        sch = self.schedule(func, facts, chosen, profile)
+        sch.rule, sch.config = self.name, dict(chosen)
+        return sch
+
+    def __repr__(self) -> str:
+        return f"<Rule {self.name}>"
+
+
+def pow2_range(lo: int, hi: int) -> tuple[int, ...]:
+    """Powers of two in ``[lo, hi]``."""
+    out, v = [], 1
+    while v <= hi:
+        if v >= lo:
+            out.append(v)
+        v *= 2
+    return tuple(out)

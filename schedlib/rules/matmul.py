@@ -1,0 +1,205 @@
+"""Matmul rule: C[b.., m, n] = sum_k A * B (any operand layout), with a fused element-wise epilogue.
+
+SIMT template: a block tile of block_m x block_n outputs, each thread a thread_m x thread_n register tile,
+A and B staged through shared memory block_k at a time by a cooperative (vectorized) copy, the epilogue
+applied in registers before the single store.  ``tensor_core`` is the knob of the tensor-core path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schedlib.hw import HardwareProfile
+from schedlib.ir.dtype import BYTES
+from schedlib.ir.expr import Expr
+from schedlib.ir.func import Func
+from schedlib.ir.schedule import Schedule
+from schedlib.rules.analysis import access_of, ceil_pow2, const_or, epilogue_chain, product_operands, stores_plainly
+from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
+
+REGISTER_OVERHEAD = 40  # addresses, loop counters, fetch temporaries (per thread)
+
+
+@dataclass(frozen=True)
+class MatmulFacts:
+    main: str
+    batch: tuple[str, ...]
+    m: str
+    n: str
+    k: str
+    a: str  # buffer holding the m axis
+    b: str  # buffer holding the n axis
+    a_contig: str  # axis along A's last dimension (k or m)
+    b_contig: str
+    epilogue: tuple[str, ...]
+    in_bytes: int
+    extents: dict[str, Expr]
+
+
+def analyze_matmul(func: Func) -> MatmulFacts | str:
+    reductions = [b for b in func.blocks if b.reducer is not None]
+    if len(reductions) != 1:
+        return f"needs exactly one reduction block, found {len(reductions)}"
+    main = reductions[0]
+    if main.reducer != "sum" or main.kinds.count("R") != 1 or main.kinds.count("S") < 2:
+        return f"block {main.name} has kinds {main.kinds}; a matmul is S..SR with a sum"
+    if not stores_plainly(main):
+        return f"block {main.name} does not store at its spatial axes"
+    ops = product_operands(main.value)
+    if ops is None:
+        return f"block {main.name} does not reduce a product of two loads"
+    acc_a, acc_b = (access_of(main, ld) for ld in ops)
+    if acc_a.buffer not in func.inputs or acc_b.buffer not in func.inputs:
+        return "operands must be func inputs (inline the stages that compute them first)"
+    if not (acc_a.plain and acc_b.plain) or acc_a.buffer == acc_b.buffer:
+        return "operands must be two different buffers indexed by plain axes"
+    k = next(a.name for a in main.axes if a.kind == "R")
+    sa, sb = set(acc_a.axes), set(acc_b.axes)
+    if k not in sa or k not in sb:
+        return f"reduce axis {k} must index both operands"
+    spatial = [a.name for a in main.axes if a.kind == "S"]
+    only_a = [s for s in spatial if s in sa and s not in sb]
+    only_b = [s for s in spatial if s in sb and s not in sa]
+    batch = tuple(s for s in spatial if s in sa and s in sb)
+    if len(only_a) != 1 or len(only_b) != 1 or len(batch) + 2 != len(spatial):
+        return f"spatial axes {spatial} do not split into batch, m (A only) and n (B only)"
+    epi = epilogue_chain(func, main)
+    if isinstance(epi, str):
+        return epi
+    extents = {a.name: a.extent for a in main.axes}
+    in_bytes = BYTES[func.buffer(acc_a.buffer).dtype]
+    return MatmulFacts(main.name, batch, only_a[0], only_b[0], k, acc_a.buffer, acc_b.buffer, acc_a.axes[-1],
+                       acc_b.axes[-1], tuple(b.name for b in epi), in_bytes, extents)
+
+
+class MatmulRule(Rule):
+    name = "matmul"
+    small_dim = 8  # an m or n extent at most this is a GEMV's job
+
+    def analyze(self, func: Func, target: HardwareProfile) -> MatmulFacts | str:
+        facts = analyze_matmul(func)
+        if isinstance(facts, str):
+            return facts
+        for ax in (facts.m, facts.n):
+            v = const_or(facts.extents[ax], 1 << 30)
+            if v <= self.small_dim:
+                return f"axis {ax} has extent {v} <= {self.small_dim}: a matrix-vector product (GEMV rule)"
+        return facts
+
+    def space(self, func: Func, target: Any) -> Space:
+        facts = self._facts(func)
+        limit_threads = target.max_threads_per_block
+        smem_limit = target.shared_memory_per_block
+        max_regs = target.max_registers_per_thread
+
+        def check(c: Config) -> str | None:
+            threads = (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"])
+            if c["thread_m"] > c["block_m"] or c["thread_n"] > c["block_n"]:
+                return "thread tile larger than block tile"
+            if not 32 <= threads <= limit_threads:
+                return f"{threads} threads per block (needs 32..{limit_threads})"
+            smem = (c["block_m"] + c["block_n"]) * c["block_k"] * facts.in_bytes
+            if smem > smem_limit:
+                return f"{smem} bytes of shared memory exceed {smem_limit}"
+            if self._registers(c) > max_regs:
+                return f"about {self._registers(c)} registers per thread exceed {max_regs}"
+            if c["block_k"] % c["vector"] or (c["block_m"] * c["block_k"]) % (threads * c["vector"]):
+                return "vector width does not divide the copy evenly"
+            return None
+
+        return Space(self.name, (
+            Knob("block_m", pow2_range(16, 128), "output rows per thread block"),
+            Knob("block_n", pow2_range(16, 128), "output columns per thread block"),
+            Knob("block_k", (8, 16, 32), "reduction slice staged in shared memory per step"),
+            Knob("thread_m", (1, 2, 4, 8), "rows of the per-thread register tile"),
+            Knob("thread_n", (1, 2, 4, 8), "columns of the per-thread register tile"),
+            Knob("vector", (1, 2, 4), "elements per thread per copy into shared memory"),
+            Knob("split_k", (1,), "reduction split across blocks (1: off)"),
+            Knob("stages", (1,), "shared-memory pipeline depth"),
+            Knob("tensor_core", (False,), "use mma.sync tensor cores"),
+        ), check)
+
+    @staticmethod
+    def _registers(c: Config) -> int:
+        return c["thread_m"] * c["thread_n"] + c["thread_m"] + c["thread_n"] + REGISTER_OVERHEAD
+
+    def _facts(self, func: Func) -> MatmulFacts:
+        facts = analyze_matmul(func)
+        if isinstance(facts, str):
+            raise ValueError(f"matmul rule does not apply: {facts}")
+        return facts
+
+    def default_config(self, func: Func, target: Any) -> Config:
+        """Largest register-blocked tile that still gives every SM a block, shrunk for small problems."""
+        facts = self._facts(func)
+        M = const_or(facts.extents[facts.m], 4096)
+        N = const_or(facts.extents[facts.n], 4096)
+        batch = 1
+        for b in facts.batch:
+            batch *= const_or(facts.extents[b], 1)
+        bm, bn = min(128, max(16, ceil_pow2(M))), min(128, max(16, ceil_pow2(N)))
+        while batch * -(-M // bm) * -(-N // bn) < target.sm_count and max(bm, bn) > 32:
+            if bm >= bn:
+                bm //= 2
+            else:
+                bn //= 2
+        tm = 8 if bm >= 64 else max(1, bm // 16)
+        tn = 8 if bn >= 64 else max(1, bn // 16)
+        space = self.space(func, target)
+        for bk in (8, 16):
+            for vector in (4, 2, 1):
+                config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn,
+                          "vector": vector, "split_k": 1, "stages": 1, "tensor_core": False}
+                if space.is_legal(config):
+                    return config
+        return next(space.enumerate())
+
+    def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
+        facts = self._facts(func)
+        threads = (config["block_m"] // config["thread_m"]) * (config["block_n"] // config["thread_n"])
+        tile = {facts.m: config["block_m"], facts.n: config["block_n"],
+                facts.k: const_or(facts.extents[facts.k], 4096)}
+        tile.update(dict.fromkeys(facts.batch, 1))
+        return Tiling(facts.main, tile, {facts.m: config["thread_m"], facts.n: config["thread_n"]},
+                      {facts.k: config["block_k"]}, threads,
+                      (config["block_m"] + config["block_n"]) * config["block_k"] * facts.in_bytes,
+                      self._registers(config), config["vector"], config["stages"], config["split_k"],
+                      config["tensor_core"])
+
+    def schedule(self, func: Func, facts: MatmulFacts, config: Config, target: HardwareProfile) -> Schedule:
+        bm, bn, bk = config["block_m"], config["block_n"], config["block_k"]
+        tm, tn, vec = config["thread_m"], config["thread_n"], config["vector"]
+        ty_n, tx_n = bm // tm, bn // tn
+        s = Schedule(func)
+        C = facts.main
+        loops = dict(zip([a.name for a in func.block(C).axes], s.get_loops(C)))
+        by, ty, im = s.split(loops[facts.m], [None, ty_n, tm])
+        bx, tx, jn = s.split(loops[facts.n], [None, tx_n, tn])
+        ko, ki = s.split(loops[facts.k], [None, bk])
+        outer = [loops[b] for b in facts.batch]
+        bz = s.fuse(*outer) if len(outer) > 1 else (outer[0] if outer else None)
+        s.reorder(*([bz] if bz else []), by, bx, ty, tx, ko, ki, im, jn)
+        if bz:
+            s.bind(bz, "blockIdx.z")
+        s.bind(by, "blockIdx.y")
+        s.bind(bx, "blockIdx.x")
+        s.bind(ty, "threadIdx.y")
+        s.bind(tx, "threadIdx.x")
+        wb = s.cache_write(C, "local")
+        s.reverse_compute_at(wb, tx)
+        for block in facts.epilogue:
+            s.reverse_compute_inline(block)
+        for operand in (facts.a, facts.b):
+            shared = s.cache_read(C, operand, "shared")
+            s.compute_at(shared, ko)
+            fused = s.fuse(*s.get_loops(shared))
+            _, fy, fx, fv = s.split(fused, [None, ty_n, tx_n, vec])
+            s.bind(fy, "threadIdx.y")
+            s.bind(fx, "threadIdx.x")
+            if vec > 1:
+                s.vectorize(fv)
+        init = s.decompose_reduction(C, ko)
+        for lp in (ki, im, jn, *s.get_loops(init), *s.get_loops(wb)):
+            s.unroll(lp)
+        return s
