@@ -11,11 +11,18 @@ from schedlib.hw import resolve
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling
+from schedlib.rules.elementwise import ElementwiseRule
+from schedlib.rules.fallback import FallbackRule
+from schedlib.rules.gemv import GemvRule
+from schedlib.rules.general_reduction import GeneralReductionRule
 from schedlib.rules.matmul import MatmulRule
+from schedlib.rules.reduction import ReductionRule
+from schedlib.rules.transpose import TransposeRule
 
 log = logging.getLogger("schedlib.rules")
 
-RULES: list[Rule] = [MatmulRule()]
+RULES: list[Rule] = [MatmulRule(), GemvRule(), GeneralReductionRule(), ReductionRule(), TransposeRule(),
+                     ElementwiseRule(), FallbackRule()]
 
 
 def get_rule(name: str) -> Rule:

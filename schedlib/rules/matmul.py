@@ -15,7 +15,14 @@ from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Expr
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
-from schedlib.rules.analysis import access_of, ceil_pow2, const_or, epilogue_chain, product_operands, stores_plainly
+from schedlib.rules.analysis import (
+    access_of,
+    ceil_pow2,
+    const_or,
+    epilogue_chain,
+    product_operands,
+    stores_plainly,
+)
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
 
 REGISTER_OVERHEAD = 40  # addresses, loop counters, fetch temporaries (per thread)

@@ -1,0 +1,95 @@
+"""GEMV rule: a matmul whose m (or n) extent is small (decode-time activations, batch 1-8).
+
+Both weight layouts: reduction over the weight's contiguous axis (``inner``) or over its outer axis
+(``outer``).  See :mod:`schedlib.rules.cross_thread` for the template.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schedlib.hw import HardwareProfile
+from schedlib.ir.func import Func
+from schedlib.ir.schedule import Schedule
+from schedlib.rules.analysis import ceil_pow2, const_or
+from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
+from schedlib.rules.cross_thread import ReductionFacts, schedule_cross_thread
+from schedlib.rules.matmul import analyze_matmul
+
+SMALL = 8  # largest activation extent treated as a vector side
+
+
+def analyze_gemv(func: Func) -> ReductionFacts | str:
+    mm = analyze_matmul(func)
+    if isinstance(mm, str):
+        return mm
+    m, n = (const_or(mm.extents[a], 1 << 30) for a in (mm.m, mm.n))
+    if min(m, n) > SMALL:
+        return f"no small axis: m={m}, n={n} both exceed {SMALL}"
+    small, big = (mm.m, mm.n) if m <= n else (mm.n, mm.m)
+    weight_contig = mm.b_contig if big == mm.n else mm.a_contig
+    return ReductionFacts(mm.main, (*mm.batch, big), (small,), (mm.k,), weight_contig == mm.k, mm.epilogue,
+                          mm.in_bytes)
+
+
+class GemvRule(Rule):
+    name = "gemv"
+
+    def analyze(self, func: Func, target: HardwareProfile) -> ReductionFacts | str:
+        return analyze_gemv(func)
+
+    def _facts(self, func: Func) -> ReductionFacts:
+        facts = analyze_gemv(func)
+        if isinstance(facts, str):
+            raise ValueError(f"gemv rule does not apply: {facts}")
+        return facts
+
+    def space(self, func: Func, target: Any) -> Space:
+        facts = self._facts(func)
+        limit = target.max_threads_per_block
+        if facts.inner:
+            knobs = (Knob("rows_per_block", (1, 2, 4, 8), "weight rows per thread block (threadIdx.y)"),
+                     Knob("threads_k", pow2_range(32, 512), "threads splitting one row's reduction"),
+                     Knob("vector", (1, 2, 4, 8), "consecutive elements each thread loads per step"))
+
+            def check(c: Config) -> str | None:
+                threads = c["rows_per_block"] * c["threads_k"]
+                return None if threads <= limit else f"{threads} threads exceed {limit}"
+        else:
+            knobs = (Knob("threads_n", pow2_range(32, 256), "threads along the contiguous output axis"),
+                     Knob("vector", (1, 2, 4), "neighbouring outputs per thread"),
+                     Knob("threads_k", (1, 2, 4, 8, 16), "threads splitting the reduction (threadIdx.y)"))
+
+            def check(c: Config) -> str | None:
+                threads = c["threads_n"] * c["threads_k"]
+                return None if threads <= limit else f"{threads} threads exceed {limit}"
+        return Space(self.name, knobs, check)
+
+    def default_config(self, func: Func, target: Any) -> Config:
+        """16-byte loads per thread, a full warp or more per row, ~256 threads per block."""
+        facts = self._facts(func)
+        K = const_or(func.block(facts.main).axis(facts.reduce[0]).extent, 4096)
+        vector = max(1, min(8, 16 // facts.in_bytes))
+        if facts.inner:
+            threads_k = max(32, min(256, ceil_pow2(-(-K // vector))))
+            return {"rows_per_block": max(1, min(8, 256 // threads_k)), "threads_k": threads_k, "vector": vector}
+        return {"threads_n": 64, "vector": min(vector, 4), "threads_k": 4}
+
+    def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
+        facts = self._facts(func)
+        blk = func.block(facts.main)
+        full = {a.name: const_or(a.extent, 4096) for a in blk.axes}
+        tile = dict.fromkeys(facts.rows, 1) | {a: full[a] for a in (*facts.small, *facts.reduce)}
+        if facts.inner:
+            tile[facts.rows[-1]] = config["rows_per_block"]
+            threads = config["rows_per_block"] * config["threads_k"]
+            step = config["threads_k"] * config["vector"]
+        else:
+            tile[facts.rows[-1]] = config["threads_n"] * config["vector"]
+            threads = config["threads_n"] * config["threads_k"]
+            step = config["threads_k"]
+        return Tiling(facts.main, tile, {facts.rows[-1]: 1}, {facts.reduce[0]: step}, threads,
+                      4 * threads, 32 + 2 * config["vector"], config["vector"])
+
+    def schedule(self, func: Func, facts: ReductionFacts, config: Config, target: HardwareProfile) -> Schedule:
+        return schedule_cross_thread(func, facts, config)
