@@ -19,8 +19,8 @@
 
 // D = A * B + C on one 16x8x16 tile per warp; fragments follow the PTX ISA layout of
 // mma.m16n8k16 (a: 4 x .f16x2, b: 2 x .f16x2, c/d: 4 x f32 per lane). Needs sm_80+.
-static __device__ __forceinline__ void sl_mma_m16n8k16_f16f32(float d[4], const unsigned a[4],
-                                                              const unsigned b[2], const float c[4]) {
+__device__ __forceinline__ void sl_mma_m16n8k16_f16f32(float d[4], const unsigned a[4],
+                                                       const unsigned b[2], const float c[4]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
       "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
@@ -29,8 +29,8 @@ static __device__ __forceinline__ void sl_mma_m16n8k16_f16f32(float d[4], const 
         "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
-static __device__ __forceinline__ void sl_mma_m16n8k16_bf16f32(float d[4], const unsigned a[4],
-                                                               const unsigned b[2], const float c[4]) {
+__device__ __forceinline__ void sl_mma_m16n8k16_bf16f32(float d[4], const unsigned a[4],
+                                                        const unsigned b[2], const float c[4]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
       "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
@@ -40,43 +40,43 @@ static __device__ __forceinline__ void sl_mma_m16n8k16_bf16f32(float d[4], const
 }
 
 // ldmatrix: lanes 8i..8i+7 give the 16-byte row addresses of 8x8 b16 matrix i (x4: i < 4, x2: i < 2).
-static __device__ __forceinline__ void sl_ldmatrix_x4(unsigned r[4], const void* smem_row_ptr) {
+__device__ __forceinline__ void sl_ldmatrix_x4(unsigned r[4], const void* smem_row_ptr) {
   unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem_row_ptr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
 
-static __device__ __forceinline__ void sl_ldmatrix_x2(unsigned r[2], const void* smem_row_ptr) {
+__device__ __forceinline__ void sl_ldmatrix_x2(unsigned r[2], const void* smem_row_ptr) {
   unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem_row_ptr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
 }
 
-static __device__ __forceinline__ void sl_ldmatrix_x4_trans(unsigned r[4], const void* smem_row_ptr) {
+__device__ __forceinline__ void sl_ldmatrix_x4_trans(unsigned r[4], const void* smem_row_ptr) {
   unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem_row_ptr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
 
-static __device__ __forceinline__ void sl_ldmatrix_x2_trans(unsigned r[2], const void* smem_row_ptr) {
+__device__ __forceinline__ void sl_ldmatrix_x2_trans(unsigned r[2], const void* smem_row_ptr) {
   unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem_row_ptr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
 }
 
 // Asynchronous 16-byte global -> shared copy (both addresses 16-byte aligned). Needs sm_80+.
-static __device__ __forceinline__ void sl_cp_async_16(void* smem_dst, const void* gmem_src) {
+__device__ __forceinline__ void sl_cp_async_16(void* smem_dst, const void* gmem_src) {
   unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(gmem_src) : "memory");
 }
 
-static __device__ __forceinline__ void sl_cp_async_commit() {
+__device__ __forceinline__ void sl_cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
 // Wait until at most N committed groups are still in flight.
 template <int N>
-static __device__ __forceinline__ void sl_cp_async_wait() {
+__device__ __forceinline__ void sl_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 #else

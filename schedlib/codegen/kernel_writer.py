@@ -317,8 +317,9 @@ class KernelWriter:
         mask = "0xffffffffu" if self.n_threads >= 32 else f"{(1 << self.n_threads) - 1}u"
         if tag == "threadIdx.x" and pow2 and size <= 32:
             self._emit("#pragma unroll")
+            partner = f"__shfl_xor_sync({mask}, sl_red, sl_off, {size})"
             self._emit(f"for (int sl_off = {size // 2}; sl_off > 0; sl_off >>= 1) "
-                       f"sl_red = {self._combine(reducer, 'sl_red', f'__shfl_xor_sync({mask}, sl_red, sl_off, {size})', dtype)};")
+                       f"sl_red = {self._combine(reducer, 'sl_red', partner, dtype)};")
             return
         self.n_red += 1
         buf = f"sl_red_buf{self.n_red}"
@@ -328,8 +329,9 @@ class KernelWriter:
             warps = size // 32
             self.decls.append(f"SL_SHARED({acc}, {buf}, {max(self.n_threads // 32, 1)});")
             self._emit("#pragma unroll")
+            partner = "__shfl_xor_sync(0xffffffffu, sl_red, sl_off, 32)"
             self._emit(f"for (int sl_off = 16; sl_off > 0; sl_off >>= 1) "
-                       f"sl_red = {self._combine(reducer, 'sl_red', '__shfl_xor_sync(0xffffffffu, sl_red, sl_off, 32)', dtype)};")
+                       f"sl_red = {self._combine(reducer, 'sl_red', partner, dtype)};")
             row = f"({linear} / {size}) * {warps}"
             self._emit(f"if (threadIdx.x % 32 == 0) {buf}[{row} + threadIdx.x / 32] = sl_red;")
             self._sync()
