@@ -1,0 +1,5 @@
+import sys
+
+from schedlib.cli import main
+
+sys.exit(main())

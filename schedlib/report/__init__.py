@@ -1,0 +1,7 @@
+"""Comparison reports: rule vs carver vs search vs the vendor library, in pandas, CSV, Markdown and HTML."""
+
+from schedlib.report.compare import COLUMNS, METHODS, compare
+from schedlib.report.stats import Work, work
+from schedlib.report.writers import markdown_table, write_report
+
+__all__ = ["COLUMNS", "METHODS", "Work", "compare", "markdown_table", "work", "write_report"]

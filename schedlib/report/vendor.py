@@ -1,0 +1,76 @@
+"""The vendor-library equivalent of each built-in workload on the GPU: cuBLAS through ``cupy.matmul`` for
+matmul/GEMV, cupy's own reductions and element-wise kernels otherwise.  Used as the baseline and as the
+correctness reference on the GPU."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from schedlib.suites import WorkloadSpec
+
+
+def vendor_fn(spec: WorkloadSpec, inputs: Mapping[str, Any]) -> Callable[[], Any] | None:
+    """A zero-argument callable computing ``spec`` with cupy on ``inputs`` (device arrays), or None."""
+    import cupy as cp
+
+    p = spec.params
+    x = inputs.get("X")
+    if spec.kind == "matmul":
+        A, B = inputs["A"], inputs["B"]
+        a = A.swapaxes(-1, -2) if p.get("trans_a") else A
+        b = B.swapaxes(-1, -2) if p.get("trans_b") else B
+        epi = p.get("epilogue")
+
+        def mm() -> Any:
+            c = cp.matmul(a, b)
+            if epi in ("bias", "bias_relu"):
+                c = c + inputs["bias"]
+            if epi == "residual":
+                c = c + inputs["residual"]
+            if epi in ("relu", "bias_relu"):
+                c = cp.maximum(c, 0)
+            if epi == "gelu":
+                from cupyx.scipy.special import erf
+
+                c = 0.5 * c * (1 + erf(c / math.sqrt(2)))
+            return c
+        return mm
+    if spec.kind == "gemv":
+        W = inputs["W"]
+        w = W if p.get("trans") else W.T
+        return lambda: cp.matmul(x, w)
+    if spec.kind == "reduce":
+        axis = 0 if p.get("axis") == 0 else 1
+        op = p.get("op", "sum")
+        table = {"sum": lambda: x.sum(axis=axis), "max": lambda: x.max(axis=axis), "min": lambda: x.min(axis=axis),
+                 "mean": lambda: x.mean(axis=axis), "sumsq": lambda: (x * x).sum(axis=axis)}
+        return table[op]
+    if spec.kind == "softmax":
+        def softmax() -> Any:
+            e = cp.exp(x - x.max(axis=1, keepdims=True))
+            return e / e.sum(axis=1, keepdims=True)
+        return softmax
+    if spec.kind == "rmsnorm":
+        w = inputs["W"]
+        return lambda: x * (1 / cp.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6)) * w
+    if spec.kind == "layernorm":
+        g, b = inputs["gamma"], inputs["beta"]
+        return lambda: (x - x.mean(axis=1, keepdims=True)) / cp.sqrt(x.var(axis=1, keepdims=True) + 1e-5) * g + b
+    if spec.kind == "transpose":
+        return lambda: cp.ascontiguousarray(x.T)
+    if spec.kind == "elementwise":
+        return lambda: _chain(cp, x, inputs.get("Y"), p.get("chain", ("add", "relu")), p.get("scale", 0.5))
+    return None
+
+
+def _chain(cp: Any, x: Any, y: Any, chain: tuple[str, ...], scale: float) -> Any:
+    from cupyx.scipy.special import erf
+
+    ops = {"add": lambda v: v + y, "mul": lambda v: v * y, "scale": lambda v: v * scale,
+           "relu": lambda v: cp.maximum(v, 0), "gelu": lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))),
+           "exp": cp.exp, "sigmoid": lambda v: 1 / (1 + cp.exp(-v)), "tanh": cp.tanh}
+    for op in chain:
+        x = ops[op](x)
+    return x

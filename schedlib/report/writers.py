@@ -1,0 +1,119 @@
+"""Writing a comparison: CSV, Markdown, and a self-contained HTML page with its plots embedded."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from schedlib.errors import SchedlibError
+
+SUMMARY = ["workload", "method", "rule", "time_us", "tflops", "gbs", "pct_roofline", "speedup_vs_vendor",
+           "tuning_s", "source"]
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "n/a"
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    if isinstance(v, dict):
+        return json.dumps(v, separators=(",", ":"))
+    return "" if v is None else str(v)
+
+
+def markdown_table(df: pd.DataFrame, columns: list[str] | None = None) -> str:
+    cols = [c for c in (columns or list(df.columns)) if c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, row in df.iterrows():
+        lines.append("| " + " | ".join(_cell(row[c]).replace("|", "\\|") for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def _figure_png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def roofline_bars(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """One bar chart per workload: % of roofline by method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for workload, part in df.groupby("workload", sort=False):
+        fig, ax = plt.subplots(figsize=(5, 2.4))
+        values = part["pct_roofline"].fillna(0.0)
+        ax.bar(part["method"], values, color="#4878a8")
+        ax.set_ylabel("% of roofline")
+        ax.set_title(str(workload), fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
+        out.append((str(workload), _figure_png(fig)))
+        plt.close(fig)
+    return out
+
+
+def convergence_plot(histories: dict[str, list[float]]) -> str | None:
+    """Best time so far against trial number, one line per workload."""
+    if not histories:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for name, hist in histories.items():
+        ax.plot(range(1, len(hist) + 1), hist, label=name)
+    ax.set_xlabel("trial")
+    ax.set_ylabel("best time so far (us)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=6)
+    png = _figure_png(fig)
+    plt.close(fig)
+    return png
+
+
+def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, list[float]] | None = None,
+                 title: str = "schedlib comparison") -> dict[str, Path]:
+    """Write ``report.csv``, ``report.md`` and ``report.html`` under ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise SchedlibError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+    source = "measured on the GPU" if df.attrs.get("measured") else "estimated by the carver model (no GPU)"
+    csv_path, md_path, html_path = out / "report.csv", out / "report.md", out / "report.html"
+    flat = df.copy()
+    flat["config"] = flat["config"].map(lambda c: json.dumps(c) if isinstance(c, dict) else c)
+    flat.to_csv(csv_path, index=False)
+    md = [f"# {title}", "", f"Target: {df.attrs.get('target')}; times {source}; roofline from "
+          f"{df.attrs.get('roofline')}.", "", markdown_table(df, SUMMARY), ""]
+    md_path.write_text("\n".join(md))
+    bars = roofline_bars(df)
+    conv = convergence_plot(histories or {})
+    parts = [f"<h1>{html.escape(title)}</h1>", f"<p>Target {html.escape(str(df.attrs.get('target')))}; times "
+             f"{html.escape(source)}.</p>", "<table border='1' cellspacing='0' cellpadding='3'>",
+             "<tr>" + "".join(f"<th>{c}</th>" for c in SUMMARY) + "</tr>"]
+    for _, row in df.iterrows():
+        parts.append("<tr>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in SUMMARY) + "</tr>")
+    parts.append("</table><h2>% of roofline by method</h2>")
+    for name, png in bars:
+        parts.append(f"<figure><img alt='{html.escape(name)}' src='data:image/png;base64,{png}'/></figure>")
+    if conv:
+        parts.append(f"<h2>Search convergence</h2><img alt='convergence' src='data:image/png;base64,{conv}'/>")
+    html_path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(title)
+                         + "</title></head><body>" + "\n".join(parts) + "</body></html>")
+    return {"csv": csv_path, "markdown": md_path, "html": html_path}

@@ -1,0 +1,196 @@
+"""Workload specs (``matmul:M=4096,N=4096,K=4096,dtype=float16,epilogue=bias_relu``), suite files and the
+built-in suites.
+
+A :class:`WorkloadSpec` remembers the builder and its parameters, so a report can name the workload, scale it
+down for the CPU emulator, and find the vendor-library equivalent.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from schedlib.errors import IRError
+from schedlib.ir.func import Func
+from schedlib.ir.tensor import var
+from schedlib.workloads import BUILTINS
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+    label: str = ""
+
+    def build(self) -> Func:
+        return BUILTINS[self.kind](**self.params)
+
+    @property
+    def name(self) -> str:
+        return self.label or self.text
+
+    @property
+    def text(self) -> str:
+        args = ",".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
+        return f"{self.kind}:{args}" if args else self.kind
+
+    def scaled(self, limit: int) -> WorkloadSpec:
+        """The same workload with every size capped at ``limit`` (for the CPU emulator)."""
+        sizes = {k: min(v, limit) for k, v in self.params.items() if k in SIZE_PARAMS and isinstance(v, int)}
+        if "shape" in self.params:
+            sizes["shape"] = tuple(min(int(d), limit) for d in self.params["shape"])
+        return WorkloadSpec(self.kind, {**self.params, **sizes}, self.label)
+
+
+SIZE_PARAMS = {"M", "N", "K", "rows", "cols", "batch"}
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "x".join(str(x) for x in v)
+    return str(v)
+
+
+def _value(key: str, text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    if text.startswith("$") and text[1:].isidentifier():
+        return var(text[1:])  # a symbolic dimension
+    if key in ("shape",):
+        return tuple(int(x) for x in text.split("x"))
+    if key == "chain":
+        return tuple(text.split("+"))
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def parse_workload(text: str) -> WorkloadSpec:
+    """Parse ``kind:key=value,...``; ``$M`` makes a symbolic size, ``shape=64x64``, ``chain=add+relu``."""
+    if not isinstance(text, str) or not text.strip():
+        raise IRError(f"workload spec {text!r} is empty")
+    kind, _, rest = text.strip().partition(":")
+    if kind not in BUILTINS:
+        raise IRError(f"unknown workload {kind!r}; built-in workloads are {', '.join(sorted(BUILTINS))}")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise IRError(f"workload spec {text!r}: {item!r} is not key=value")
+        params[key] = _value(key, value.strip())
+    return _checked(WorkloadSpec(kind, params))
+
+
+def _checked(spec: WorkloadSpec) -> WorkloadSpec:
+    accepted = inspect.signature(BUILTINS[spec.kind]).parameters
+    unknown = [k for k in spec.params if k not in accepted]
+    if unknown:
+        raise IRError(f"workload {spec.kind}: unknown parameter(s) {unknown}; it takes {list(accepted)}")
+    for k, v in spec.params.items():
+        if k in SIZE_PARAMS and isinstance(v, int) and v < 1:
+            raise IRError(f"workload {spec.kind}: {k}={v} must be a positive size")
+    spec.build()  # surfaces bad dtypes, epilogues and ops now, with their own messages
+    return spec
+
+
+def load_suite_file(path: str | Path) -> list[WorkloadSpec]:
+    """A YAML or JSON list of workload strings or ``{kind: ..., <params>, label: ...}`` mappings."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise IRError(f"suite file {p}: cannot read it ({exc.strerror})") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise IRError(f"suite file {p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'} ({exc})") from None
+    if isinstance(data, dict):
+        data = data.get("workloads")
+    if not isinstance(data, list) or not data:
+        raise IRError(f"suite file {p}: expected a non-empty list of workloads (or a 'workloads:' list)")
+    specs = []
+    for i, item in enumerate(data):
+        if isinstance(item, str):
+            specs.append(parse_workload(item))
+        elif isinstance(item, dict) and "kind" in item:
+            params = {k: v for k, v in item.items() if k not in ("kind", "label")}
+            if "shape" in params:
+                params["shape"] = tuple(params["shape"])
+            if "chain" in params:
+                params["chain"] = tuple(params["chain"])
+            if item["kind"] not in BUILTINS:
+                raise IRError(f"suite file {p}: entry {i}: unknown workload {item['kind']!r}")
+            specs.append(_checked(WorkloadSpec(item["kind"], params, str(item.get("label", "")))))
+        else:
+            raise IRError(f"suite file {p}: entry {i} must be a spec string or a mapping with 'kind'")
+    return specs
+
+
+def _llm_decoder() -> list[WorkloadSpec]:
+    """One layer of a 7-8B decoder (hidden 4096, 32 heads, 8 KV heads, MLP 14336), fp16.
+
+    Prefill is M=2048 tokens; decode is batch 1 and 8.
+    """
+    h, kv, mlp, heads, seq = 4096, 1024, 14336, 32, 2048
+    out: list[WorkloadSpec] = []
+    for name, n, k in (("qkv_proj", h + 2 * kv, h), ("o_proj", h, h), ("gate_up_proj", 2 * mlp, h),
+                       ("down_proj", h, mlp)):
+        out.append(WorkloadSpec("matmul", {"M": seq, "N": n, "K": k, "dtype": "float16"}, f"prefill.{name}"))
+    out.append(WorkloadSpec("rmsnorm", {"rows": seq, "cols": h, "dtype": "float16"}, "prefill.rmsnorm"))
+    out.append(WorkloadSpec("softmax", {"rows": heads * 128, "cols": seq, "dtype": "float16"},
+                            "prefill.attn_softmax"))
+    for batch in (1, 8):
+        for name, n, k in (("qkv_proj", h + 2 * kv, h), ("gate_up_proj", 2 * mlp, h), ("down_proj", h, mlp)):
+            out.append(WorkloadSpec("gemv", {"N": n, "K": k, "dtype": "float16", "batch": batch},
+                                    f"decode{batch}.{name}"))
+        out.append(WorkloadSpec("rmsnorm", {"rows": batch, "cols": h, "dtype": "float16"}, f"decode{batch}.rmsnorm"))
+    return out
+
+
+def _basic() -> list[WorkloadSpec]:
+    return [
+        WorkloadSpec("matmul", {"M": 1024, "N": 1024, "K": 1024, "dtype": "float32"}, "matmul_fp32"),
+        WorkloadSpec("matmul", {"M": 1024, "N": 1024, "K": 1024, "dtype": "float16", "epilogue": "bias_relu"},
+                     "matmul_fp16_bias_relu"),
+        WorkloadSpec("gemv", {"N": 4096, "K": 4096, "dtype": "float16"}, "gemv"),
+        WorkloadSpec("gemv", {"N": 4096, "K": 4096, "dtype": "float16", "trans": True}, "gemv_outer"),
+        WorkloadSpec("reduce", {"rows": 4096, "cols": 4096, "op": "sum"}, "row_sum"),
+        WorkloadSpec("softmax", {"rows": 4096, "cols": 4096}, "softmax"),
+        WorkloadSpec("rmsnorm", {"rows": 4096, "cols": 4096}, "rmsnorm"),
+        WorkloadSpec("transpose", {"M": 4096, "N": 4096}, "transpose"),
+        WorkloadSpec("elementwise", {"shape": (4096, 4096), "chain": ("add", "gelu")}, "add_gelu"),
+    ]
+
+
+SUITES = {"llm-decoder": _llm_decoder, "basic": _basic}
+
+
+def suite(name_or_path: str) -> list[WorkloadSpec]:
+    """A built-in suite by name, or a suite file."""
+    if name_or_path in SUITES:
+        return SUITES[name_or_path]()
+    if Path(name_or_path).suffix in (".yaml", ".yml", ".json"):
+        return load_suite_file(name_or_path)
+    raise IRError(f"unknown suite {name_or_path!r}; built-in suites are {', '.join(SUITES)} (or a .yaml/.json file)")
+
+
+def as_specs(items: Iterable[Any]) -> list[WorkloadSpec | Func]:
+    out: list[WorkloadSpec | Func] = []
+    for it in items:
+        out.append(parse_workload(it) if isinstance(it, str) else it)
+    return out
