@@ -361,7 +361,9 @@ def _fake_cupy(monkeypatch, runtime: types.ModuleType) -> None:
 
 
 def test_detect_without_cupy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
+    # None in sys.modules makes the import raise ImportError, also when an earlier test imported cupy.
+    for name in ("cupy", "cupy.cuda", "cupy.cuda.runtime"):
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ProfileError, match="cupy is not installed"):
         hw.detect()
 

@@ -379,8 +379,9 @@ class KernelWriter:
         for p in self.params:
             if p in self.func.symbols:
                 params.append(f"int {mangle(p)}")
-            else:
-                params.append(f"SL_GLOBAL({ctype(self.func.buffer(p).dtype)}) {mangle(p)}")
+            else:  # inputs are read-only, so read-only host arrays and const device memory are accepted
+                const = "const " if p in self.func.inputs else ""
+                params.append(f"SL_GLOBAL({const}{ctype(self.func.buffer(p).dtype)}) {mangle(p)}")
         head = f'extern "C" __global__ void __launch_bounds__({self.n_threads}) {self.name}({", ".join(params)}) {{'
         text = "\n".join([head, *("  " + d for d in decls), *body, "}"])
         grid = tuple(self.grid.get(t, Const(1)) for t in BLOCK_TAGS)

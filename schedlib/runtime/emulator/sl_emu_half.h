@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace sl_emu {
 
@@ -65,9 +66,8 @@ struct __half {
   __half() = default;
   __half(float f) : __x(sl_emu::f2h_bits(f)) {}
   __half(double d) : __x(sl_emu::f2h_bits(sl_emu::d2f_odd(d))) {}
-  __half(int v) : __half(static_cast<double>(v)) {}
-  __half(unsigned v) : __half(static_cast<double>(v)) {}
-  __half(long long v) : __half(static_cast<double>(v)) {}
+  template <class I, std::enable_if_t<std::is_integral<I>::value, int> = 0>
+  __half(I v) : __half(static_cast<double>(v)) {}
   operator float() const { return sl_emu::h2f(__x); }
 };
 
@@ -76,9 +76,8 @@ struct __nv_bfloat16 {
   __nv_bfloat16() = default;
   __nv_bfloat16(float f) : __x(sl_emu::f2bf_bits(f)) {}
   __nv_bfloat16(double d) : __x(sl_emu::f2bf_bits(sl_emu::d2f_odd(d))) {}
-  __nv_bfloat16(int v) : __nv_bfloat16(static_cast<double>(v)) {}
-  __nv_bfloat16(unsigned v) : __nv_bfloat16(static_cast<double>(v)) {}
-  __nv_bfloat16(long long v) : __nv_bfloat16(static_cast<double>(v)) {}
+  template <class I, std::enable_if_t<std::is_integral<I>::value, int> = 0>
+  __nv_bfloat16(I v) : __nv_bfloat16(static_cast<double>(v)) {}
   operator float() const { return sl_emu::bf2f(__x); }
 };
 

@@ -1,0 +1,90 @@
+"""How fast the CPU emulator runs a 16x16-tiled fp32 shared-memory matmul, on one core.
+
+Targets: 64^3 in <= 50 ms and 256^3 in <= 1 s with threads=1. The library is compiled (and the
+result checked against numpy) before timing, so the figures are launch time only: median of
+several runs. Exit status 1 when a target is missed.
+
+    python benchmarks/emulator_speed.py [--repeat 5] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+# numpy's BLAS threads spin after the reference check and would steal the core being measured.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+
+from schedlib.runtime.emulator import KernelLaunch, cuda_prelude, emulate
+
+MATMUL = r"""
+#define TILE 16
+extern "C" __global__ void __launch_bounds__(256)
+matmul(SL_GLOBAL(const float) A, SL_GLOBAL(const float) B, SL_GLOBAL(float) C, int M, int N, int K) {
+  SL_SHARED(float, As, TILE * TILE);
+  SL_SHARED(float, Bs, TILE * TILE);
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int row = blockIdx.y * TILE + ty, col = blockIdx.x * TILE + tx;
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < K; k0 += TILE) {
+    As[ty * TILE + tx] = (row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f;
+    Bs[ty * TILE + tx] = (col < N && k0 + ty < K) ? B[(k0 + ty) * N + col] : 0.0f;
+    __syncthreads();
+    for (int k = 0; k < TILE; ++k) acc += As[ty * TILE + k] * Bs[k * TILE + tx];
+    __syncthreads();
+  }
+  if (row < M && col < N) C[row * N + col] = acc;
+}
+"""
+TARGETS = {64: 0.050, 256: 1.0}
+
+
+def time_matmul(size: int, repeat: int, threads: int, bounds: bool = False) -> tuple[float, float]:
+    """Median wall and CPU seconds of one launch of the size^3 matmul (compiled and verified first).
+
+    CPU time is printed too because wall time on a shared machine includes waiting for the core.
+    """
+    rng = np.random.default_rng(size)
+    A = rng.standard_normal((size, size), dtype=np.float32)
+    B = rng.standard_normal((size, size), dtype=np.float32)
+    C = np.full((size, size), np.nan, np.float32)
+    tiles = -(-size // 16)
+    launch = [KernelLaunch("matmul", (tiles, tiles, 1), (16, 16, 1), ("A", "B", "C", "M", "N", "K"))]
+    args = {"A": A, "B": B, "C": C, "M": size, "N": size, "K": size}
+    source = cuda_prelude() + MATMUL
+    emulate(source, launch, args, threads=threads, bounds_check=bounds)  # compile + warm up
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-3, atol=1e-3)
+    wall, cpu = [], []
+    for _ in range(repeat):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        emulate(source, launch, args, threads=threads, bounds_check=bounds)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    opts = parser.parse_args()
+    ok = True
+    for size, target in TARGETS.items():
+        t, cpu = time_matmul(size, opts.repeat, opts.threads)
+        met = t <= target or opts.threads != 1
+        ok &= met
+        verdict = "met" if met else "MISSED"
+        print(f"matmul {size}^3, threads={opts.threads}: {t * 1e3:8.1f} ms wall, {cpu * 1e3:8.1f} ms CPU  "
+              f"(target <= {target * 1e3:.0f} ms on 1 core: {verdict})")
+    t, cpu = time_matmul(256, max(1, opts.repeat // 2), opts.threads, bounds=True)
+    print(f"matmul 256^3, threads={opts.threads}, bounds-checked: {t * 1e3:8.1f} ms wall, {cpu * 1e3:8.1f} ms CPU")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

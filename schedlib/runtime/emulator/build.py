@@ -1,0 +1,146 @@
+"""Compiling a kernel source into an emulator shared library, cached per user by content hash.
+
+The exact generated source is compiled by g++ against ``sl_cuda_emu.h`` together with a small
+driver that exports one C entry point per launched kernel. The key covers everything that can
+change the binary (source, driver, every emulator header, flags, compiler version), so a cached
+library is never stale. Builds happen in a private temporary directory and are published with an
+atomic rename, which keeps concurrent pytest-xdist workers from ever loading a half-written file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from schedlib.cache import cache_dir, content_hash
+from schedlib.errors import EmulatorError
+from schedlib.runtime.emulator.abi import ABI_VERSION
+
+HEADER_DIR = Path(__file__).resolve().parent
+BASE_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-w")
+BOUNDS_FLAG = "-DSL_EMU_BOUNDS"
+ENTRY_PREFIX = "sl_emu_launch__"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_LOG_TAIL = 6000
+
+_loaded: dict[Path, ctypes.CDLL] = {}
+_load_lock = threading.Lock()
+
+
+def find_gxx() -> str | None:
+    """The g++ used to build emulator libraries: ``$SCHEDLIB_GXX`` if set, else ``g++`` on PATH."""
+    env = os.environ.get("SCHEDLIB_GXX")
+    if env:
+        return shutil.which(env) or (env if os.access(env, os.X_OK) else None)
+    return shutil.which("g++")
+
+
+def require_gxx() -> str:
+    """Like :func:`find_gxx` but raises a clear :class:`EmulatorError` when there is none."""
+    gxx = find_gxx()
+    if gxx is None:
+        raise EmulatorError(
+            "the CUDA emulator needs g++ (C++17) and none was found: install it (e.g. `apt-get install g++`) "
+            "or point $SCHEDLIB_GXX at a g++ executable"
+        )
+    return gxx
+
+
+@functools.lru_cache(maxsize=8)
+def _gxx_version(gxx: str) -> str:
+    """Part of the cache key, so a compiler upgrade never reuses libraries built by the old one."""
+    try:
+        out = subprocess.run([gxx, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except OSError as exc:
+        raise EmulatorError(f"cannot run {gxx}: {exc}") from exc
+    return out.stdout.strip()
+
+
+def _header_texts() -> list[str]:
+    return [f"{p.name}\n{p.read_text()}" for p in sorted(HEADER_DIR.glob("*.h"))]
+
+
+def check_kernel_names(source: str, names: Iterable[str]) -> list[str]:
+    """Validate kernel names before compiling, so a typo is a one-line error, not a g++ log."""
+    out = sorted(set(names))
+    for name in out:
+        if not _IDENT.match(name):
+            raise EmulatorError(f"kernel name {name!r} is not a C identifier")
+        if not re.search(rf"\b{re.escape(name)}\s*\(", source):
+            raise EmulatorError(f"kernel {name!r} is not defined in the source (expected an extern \"C\" kernel)")
+    return out
+
+
+def driver_source(kernels: Iterable[str]) -> str:
+    """The translation unit g++ compiles: the exact source, then one C entry point per kernel."""
+    lines = [
+        '#include "kernel.cu"',
+        "#ifndef SL_EMU_ABI_VERSION",
+        '#error "the source does not include sl_cuda_emu.h: it must start with the schedlib CUDA prelude"',
+        "#endif",
+        'extern "C" __attribute__((visibility("default"))) int sl_emu_abi_version() { return SL_EMU_ABI_VERSION; }',
+    ]
+    for name in kernels:
+        lines.append(
+            f'extern "C" __attribute__((visibility("default"))) int {ENTRY_PREFIX}{name}'
+            "(const sl_emu_launch_t* L, char* err, unsigned long long errlen) "
+            f'{{ return ::sl_emu::launch(&{name}, "{name}", L, err, errlen); }}'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool) -> Path:
+    """Compile (or find in the cache) the library for `source` exporting entry points for `kernels`."""
+    gxx = require_gxx()
+    names = check_kernel_names(source, kernels)
+    driver = driver_source(names)
+    flags = [*BASE_FLAGS, *([BOUNDS_FLAG] if bounds_check else [])]
+    key = content_hash(source, driver, *_header_texts(), " ".join(flags), _gxx_version(gxx))
+    root = cache_dir("emulator")
+    target = root / f"{key}.so"
+    if target.exists():
+        return target
+    build = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    try:
+        (build / "kernel.cu").write_text(source)
+        (build / "driver.cpp").write_text(driver)
+        cmd = [gxx, *flags, f"-I{HEADER_DIR}", "driver.cpp", "-o", "lib.so"]
+        try:
+            proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=900, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EmulatorError(f"g++ could not build the emulator library: {exc}") from exc
+        if proc.returncode != 0:
+            log = (proc.stderr + proc.stdout).strip()
+            raise EmulatorError(
+                f"g++ failed to compile the kernel source for the emulator (exit {proc.returncode}); "
+                f"command: {' '.join(cmd)}\n--- compiler log (tail) ---\n{log[-_LOG_TAIL:]}"
+            )
+        os.replace(build / "kernel.cu", root / f"{key}.cu")  # kept for debugging next to the library
+        os.replace(build / "lib.so", target)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return target
+
+
+def load_library(path: Path) -> ctypes.CDLL:
+    """dlopen a built library once per process, checking it speaks this module's launch ABI."""
+    with _load_lock:
+        lib = _loaded.get(path)
+        if lib is None:
+            try:
+                lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
+            except OSError as exc:
+                raise EmulatorError(f"cannot load emulator library {path}: {exc}") from exc
+            version = lib.sl_emu_abi_version()
+            if version != ABI_VERSION:
+                raise EmulatorError(f"{path} speaks emulator ABI {version}, this schedlib expects {ABI_VERSION}")
+            _loaded[path] = lib
+        return lib

@@ -1,0 +1,351 @@
+// schedlib CUDA emulator: CUDA threads as user-level fibers, one thread block per OS thread.
+//
+// A block's threads are fibers that run until they wait (block barrier, warp-synchronous op) or
+// exit; a waiting fiber hands control directly to the next ready fiber (one context switch per
+// wait, no scheduler round trip). The last arrival at a barrier releases the others into the ready
+// queue and keeps running. If the ready queue empties while threads still wait, nobody can ever
+// release them: that is a deadlock and is reported with the kernel, block and waiting threads.
+// Errors raised inside a fiber (bounds, deadlock) switch straight back to the block's scheduler;
+// the abandoned fibers own no resources, their stacks are simply reused. A canary word at the
+// bottom of each stack is checked when the fiber exits (stack overflow is then reported).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "sl_emu_types.h"
+
+#if defined(__x86_64__) && !defined(SL_EMU_FORCE_UCONTEXT)
+#define SL_EMU_ASM_SWITCH 1
+// sl_emu_ctx_switch(save, to): push callee-saved registers, store rsp in *save, load `to`, pop, ret.
+// sl_emu_fiber_entry: first "return" target of a new fiber; calls r13(r12) on an aligned stack.
+asm(R"(
+  .text
+  .globl sl_emu_ctx_switch
+  .hidden sl_emu_ctx_switch
+  .type sl_emu_ctx_switch,@function
+  .p2align 4
+sl_emu_ctx_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size sl_emu_ctx_switch, .-sl_emu_ctx_switch
+  .globl sl_emu_fiber_entry
+  .hidden sl_emu_fiber_entry
+  .type sl_emu_fiber_entry,@function
+  .p2align 4
+sl_emu_fiber_entry:
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+  .size sl_emu_fiber_entry, .-sl_emu_fiber_entry
+)");
+extern "C" __attribute__((visibility("hidden"))) void sl_emu_ctx_switch(void** save_sp, void* new_sp);
+extern "C" __attribute__((visibility("hidden"))) void sl_emu_fiber_entry();
+#else
+#include <ucontext.h>
+#endif
+
+namespace sl_emu {
+
+enum FiberState : int { kReady = 0, kWaitBlock = 1, kWaitWarp = 2, kExited = 3 };
+constexpr int kXSlot = 32;            // bytes per lane in a warp exchange
+constexpr uint64_t kCanary = 0x5eed5eed5eed5eedull;
+
+struct Ctx {
+#if SL_EMU_ASM_SWITCH
+  void* sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+};
+
+struct Fiber {
+  Ctx ctx;
+  uint3 tid;
+  int linear = 0, warp = 0, lane = 0;
+  int state = kReady;
+  uint64_t* canary = nullptr;  // lowest word of this fiber's stack
+};
+
+struct Warp {
+  int size = 0;          // lanes that exist (the last warp of a block may be partial)
+  int arrivals = 0;
+  unsigned phase = 0;    // completed warp barriers; selects the exchange buffer
+  alignas(16) unsigned char xbuf[2][32][kXSlot];
+};
+
+struct Range {
+  const unsigned char* lo;
+  size_t bytes;
+  const char* name;
+};
+
+struct BlockCtx {
+  const char* kernel = "";
+  void (*invoke)(const void*) = nullptr;
+  const void* payload = nullptr;
+  uint3 blockIdx{0, 0, 0};
+  dim3 blockDim, gridDim;
+  int nthreads = 0, nwarps = 0;
+  Fiber* fibers = nullptr;
+  Warp* warps = nullptr;
+  int* queue = nullptr;
+  unsigned qmask = 0, qhead = 0, qtail = 0;
+  int bar_arrivals = 0, exited = 0;
+  unsigned bar_phase = 0;          // completed block barriers; selects bar_count
+  int bar_count[2] = {0, 0};       // predicate sums of __syncthreads_count/_and/_or
+  Ctx main;
+  unsigned char* dyn_smem = nullptr;
+  size_t dyn_bytes = 0;
+  const Range* globals = nullptr;  // kernel pointer arguments (bounds mode: range checks)
+  int nglobals = 0;
+  Range shared[64];                // this block's shared buffers, registered as declared
+  int nshared = 0;
+  bool failed = false;
+  std::string error;
+};
+
+}  // namespace sl_emu
+
+// The running block and fiber of this OS thread. External linkage on purpose: every call to the
+// out-of-line context switch must be assumed to change them, so the compiler reloads after it.
+#define SL_EMU_TLS __attribute__((visibility("hidden"), tls_model("local-dynamic"))) thread_local
+extern "C" {
+SL_EMU_TLS sl_emu::BlockCtx* sl_emu_tls_block = nullptr;
+SL_EMU_TLS sl_emu::Fiber* sl_emu_tls_fiber = nullptr;
+}
+#undef SL_EMU_TLS
+
+namespace sl_emu {
+
+inline void ctx_switch(Ctx* save, Ctx* to) {
+#if SL_EMU_ASM_SWITCH
+  sl_emu_ctx_switch(&save->sp, to->sp);
+#else
+  swapcontext(&save->uc, &to->uc);
+#endif
+  __asm__ __volatile__("" ::: "memory");
+}
+
+[[noreturn]] inline void fiber_main(void* fiber);
+
+#if !SL_EMU_ASM_SWITCH
+inline void ucontext_entry() { fiber_main(sl_emu_tls_fiber); }
+#endif
+
+// Prepare `f` to start at fiber_main on the stack [lo, lo + bytes).
+inline void ctx_init(Fiber* f, unsigned char* lo, size_t bytes) {
+  f->canary = reinterpret_cast<uint64_t*>(lo);
+  *f->canary = kCanary;
+#if SL_EMU_ASM_SWITCH
+  uintptr_t top = (reinterpret_cast<uintptr_t>(lo) + bytes - 64) & ~static_cast<uintptr_t>(15);
+  void** sp = reinterpret_cast<void**>(top - 56);  // 6 saved registers + return address
+  sp[0] = nullptr;                                   // r15
+  sp[1] = nullptr;                                   // r14
+  sp[2] = reinterpret_cast<void*>(&fiber_main);      // r13: function
+  sp[3] = f;                                         // r12: argument
+  sp[4] = nullptr;                                   // rbx
+  sp[5] = nullptr;                                   // rbp
+  sp[6] = reinterpret_cast<void*>(&sl_emu_fiber_entry);
+  f->ctx.sp = sp;
+#else
+  getcontext(&f->ctx.uc);
+  f->ctx.uc.uc_stack.ss_sp = lo;
+  f->ctx.uc.uc_stack.ss_size = bytes;
+  f->ctx.uc.uc_link = nullptr;
+  makecontext(&f->ctx.uc, ucontext_entry, 0);
+#endif
+}
+
+inline std::string thread_str(const Fiber& f) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "(%u,%u,%u)", f.tid.x, f.tid.y, f.tid.z);
+  return buf;
+}
+
+inline std::string block_str(const BlockCtx& b) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "(%u,%u,%u)", b.blockIdx.x, b.blockIdx.y, b.blockIdx.z);
+  return buf;
+}
+
+// Abort the block: record the message and return to the scheduler; the fiber never resumes.
+[[noreturn]] inline void fail_block(BlockCtx* b, Fiber* f, const std::string& msg) {
+  b->failed = true;
+  b->error = msg;
+  ctx_switch(&f->ctx, &b->main);
+  __builtin_unreachable();
+}
+
+// Report an error raised by the running thread, prefixed with kernel, block and thread.
+[[noreturn]] inline void fail(const std::string& what) {
+  BlockCtx* b = sl_emu_tls_block;
+  Fiber* f = sl_emu_tls_fiber;
+  fail_block(b, f, "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) + " thread " +
+                       thread_str(*f) + ": " + what);
+}
+
+[[noreturn]] __attribute__((noinline, cold)) inline void stack_overflow(BlockCtx* b, Fiber* f) {
+  fail_block(b, f, "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) + " thread " +
+                       thread_str(*f) + ": fiber stack overflow; raise SCHEDLIB_EMU_STACK_KB");
+}
+
+inline void check_stack(BlockCtx* b, Fiber* f) {
+  if (__builtin_expect(*f->canary != kCanary, 0)) stack_overflow(b, f);
+}
+
+[[noreturn]] __attribute__((noinline, cold)) inline void deadlock(BlockCtx* b, Fiber* self) {
+  int n_block = 0, n_warp = 0, n_exit = 0;
+  const Fiber *first_block = nullptr, *first_warp = nullptr, *first_exit = nullptr;
+  for (int i = 0; i < b->nthreads; ++i) {
+    const Fiber& f = b->fibers[i];
+    if (f.state == kWaitBlock) { if (!n_block++) first_block = &f; }
+    else if (f.state == kWaitWarp) { if (!n_warp++) first_warp = &f; }
+    else if (f.state == kExited) { if (!n_exit++) first_exit = &f; }
+  }
+  std::string msg = "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) +
+                    ": barrier deadlock (it would hang on the GPU):";
+  if (n_block)
+    msg += " " + std::to_string(n_block) + " thread(s) wait at __syncthreads() (first " +
+           thread_str(*first_block) + ");";
+  if (n_warp)
+    msg += " " + std::to_string(n_warp) + " thread(s) wait at a warp-synchronous operation "
+           "(__shfl*_sync/__syncwarp/__ballot_sync/ldmatrix/mma; first " + thread_str(*first_warp) +
+           ", warp " + std::to_string(first_warp->warp) + ");";
+  if (n_exit)
+    msg += " " + std::to_string(n_exit) + " thread(s) already exited (first " + thread_str(*first_exit) + ");";
+  msg += " every thread of the block must reach each __syncthreads(), and every lane of a warp each "
+         "warp-synchronous operation";
+  fail_block(b, self, msg);
+}
+
+inline void push_ready(BlockCtx* b, int i) {
+  b->fibers[i].state = kReady;
+  b->queue[b->qtail++ & b->qmask] = i;
+}
+
+// Leave the CPU to the next ready fiber; returns when someone has released `f`.
+inline void wait_released(BlockCtx* b, Fiber* f) {
+  if (b->qhead == b->qtail) deadlock(b, f);
+  Fiber* next = &b->fibers[b->queue[b->qhead++ & b->qmask]];
+  sl_emu_tls_fiber = next;
+  ctx_switch(&f->ctx, &next->ctx);
+}
+
+// Block barrier; returns how many threads passed a non-zero `pred` (the __syncthreads_count
+// value). The count of the next barrier is cleared on release, which is safe: nobody can reach the
+// next barrier before this one releases, nor the one after before everyone has read this count.
+inline int syncthreads_impl(int pred = 0) {
+  BlockCtx* b = sl_emu_tls_block;
+  Fiber* f = sl_emu_tls_fiber;
+  const unsigned p = b->bar_phase & 1u;
+  b->bar_count[p] += pred != 0;
+  if (++b->bar_arrivals == b->nthreads) {  // every thread waits here: release them all
+    b->bar_arrivals = 0;
+    b->bar_count[p ^ 1u] = 0;
+    ++b->bar_phase;
+    for (int i = 0; i < b->nthreads; ++i)
+      if (i != f->linear) push_ready(b, i);
+  } else {
+    f->state = kWaitBlock;
+    wait_released(b, f);
+  }
+  return b->bar_count[p];
+}
+
+// Warp barrier; all existing lanes of the warp must arrive.
+inline void warp_sync_impl(BlockCtx* b, Fiber* f) {
+  Warp& w = b->warps[f->warp];
+  if (++w.arrivals == w.size) {
+    w.arrivals = 0;
+    ++w.phase;
+    const int base = f->warp * 32;
+    for (int l = 0; l < w.size; ++l)
+      if (l != f->lane) push_ready(b, base + l);
+    return;
+  }
+  f->state = kWaitWarp;
+  wait_released(b, f);
+}
+
+// Deposit `bytes` of this lane's data, wait for the whole warp, and return the exchange buffer
+// (lane l's data at offset l * kXSlot). It stays valid until this lane's next warp barrier:
+// a lane can only overwrite this buffer two barriers later, after every lane has left this one.
+inline const unsigned char* warp_exchange(const void* mine, size_t bytes) {
+  BlockCtx* b = sl_emu_tls_block;
+  Fiber* f = sl_emu_tls_fiber;
+  Warp& w = b->warps[f->warp];
+  unsigned char* buf = &w.xbuf[w.phase & 1u][0][0];
+  std::memcpy(buf + f->lane * kXSlot, mine, bytes);
+  warp_sync_impl(b, f);
+  return buf;
+}
+
+[[noreturn]] inline void fiber_exit(BlockCtx* b, Fiber* f) {
+  check_stack(b, f);
+  f->state = kExited;
+  ++b->exited;
+  if (b->qhead != b->qtail) {
+    Fiber* next = &b->fibers[b->queue[b->qhead++ & b->qmask]];
+    sl_emu_tls_fiber = next;
+    ctx_switch(&f->ctx, &next->ctx);
+  } else if (b->exited == b->nthreads) {
+    ctx_switch(&f->ctx, &b->main);
+  } else {
+    deadlock(b, f);
+  }
+  __builtin_unreachable();
+}
+
+[[noreturn]] inline void fiber_main(void* fiber) {
+  BlockCtx* b = sl_emu_tls_block;
+  b->invoke(b->payload);
+  fiber_exit(b, static_cast<Fiber*>(fiber));
+}
+
+// Run every thread of the current block (already described by `b`) to completion or error.
+// Fiber i's stack is [stacks + i * stride, + stack_bytes).
+inline void run_block(BlockCtx* b, unsigned char* stacks, size_t stride, size_t stack_bytes) {
+  const unsigned bx = b->blockDim.x, bxy = b->blockDim.x * b->blockDim.y;
+  b->qhead = b->qtail = 0;
+  b->bar_arrivals = b->exited = 0;
+  b->bar_phase = 0;
+  b->bar_count[0] = b->bar_count[1] = 0;
+  b->failed = false;
+  for (int w = 0; w < b->nwarps; ++w) {
+    b->warps[w].arrivals = 0;
+    b->warps[w].phase = 0;
+    b->warps[w].size = b->nthreads - 32 * w < 32 ? b->nthreads - 32 * w : 32;
+  }
+  for (int i = 0; i < b->nthreads; ++i) {
+    Fiber& f = b->fibers[i];
+    const unsigned u = static_cast<unsigned>(i);
+    f.tid = {u % bx, (u / bx) % b->blockDim.y, u / bxy};
+    f.linear = i;
+    f.warp = i / 32;
+    f.lane = i % 32;
+    ctx_init(&f, stacks + static_cast<size_t>(i) * stride, stack_bytes);
+    push_ready(b, i);
+  }
+  Fiber* first = &b->fibers[b->queue[b->qhead++ & b->qmask]];
+  sl_emu_tls_fiber = first;
+  ctx_switch(&b->main, &first->ctx);
+  sl_emu_tls_fiber = nullptr;
+}
+
+}  // namespace sl_emu

@@ -1,0 +1,218 @@
+// schedlib CUDA emulator: barriers and warp-collective operations.
+//
+// Lanes are linear thread id % 32 within the block. Every warp-collective op (shuffle, vote,
+// __syncwarp, ldmatrix, mma) is a warp barrier plus a data exchange, so lanes see each other's
+// values exactly as in lock-step execution. All existing lanes of the warp must take part (masks
+// that leave lanes out are refused), and a lane whose partner never arrives is a reported deadlock.
+// ldmatrix and mma follow the per-lane fragment layouts of the PTX ISA, so fragments built here
+// are bit-for-bit the ones the GPU would hold.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "sl_emu_memory.h"
+
+inline void __syncthreads() { ::sl_emu::syncthreads_impl(); }
+inline int __syncthreads_count(int pred) { return ::sl_emu::syncthreads_impl(pred); }
+inline int __syncthreads_and(int pred) {
+  return ::sl_emu::syncthreads_impl(pred) == sl_emu_tls_block->nthreads;
+}
+inline int __syncthreads_or(int pred) { return ::sl_emu::syncthreads_impl(pred) != 0; }
+
+namespace sl_emu {
+
+inline unsigned lanes_present(const BlockCtx* b, const Fiber* f) {
+  const int size = b->warps[f->warp].size;
+  return size == 32 ? 0xffffffffu : ((1u << size) - 1u);
+}
+
+inline void check_mask(unsigned mask, const char* op) {
+  const BlockCtx* b = sl_emu_tls_block;
+  const Fiber* f = sl_emu_tls_fiber;
+  const unsigned present = lanes_present(b, f);
+  if ((mask & present) != present)
+  {
+    char m[16];
+    std::snprintf(m, sizeof m, "0x%08x", mask);
+    fail(std::string(op) + ": mask " + m + " leaves out lanes of the warp; the emulator needs every lane of the warp to take part");
+  }
+}
+
+enum ShflMode { kShflIdx, kShflUp, kShflDown, kShflXor };
+
+// Source lane per the PTX shfl.sync rules (clamp c = ((32 - width) << 8) | (up ? 0 : 31)).
+inline int shfl_source(int lane, ShflMode mode, unsigned b, int width) {
+  const unsigned seg = static_cast<unsigned>(32 - width) & 31u;
+  const unsigned cval = mode == kShflUp ? 0u : 31u;
+  const int max_lane = static_cast<int>((lane & seg) | (cval & ~seg));
+  const int min_lane = static_cast<int>(lane & seg);
+  const int bv = static_cast<int>(b & 31u);
+  int j = lane;
+  bool ok = false;
+  switch (mode) {
+    case kShflUp: j = lane - bv; ok = j >= max_lane; break;
+    case kShflDown: j = lane + bv; ok = j <= max_lane; break;
+    case kShflXor: j = lane ^ bv; ok = j <= max_lane; break;
+    case kShflIdx: j = min_lane | (bv & ~static_cast<int>(seg)); ok = j <= max_lane; break;
+  }
+  return ok ? j : lane;
+}
+
+template <class T>
+inline T shfl(unsigned mask, T var, ShflMode mode, unsigned b, int width, const char* op) {
+  static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8, "shuffled values must be <= 8 bytes");
+  check_mask(mask, op);
+  if (width < 1 || width > 32 || (width & (width - 1)) != 0)
+    fail(std::string(op) + ": width " + std::to_string(width) + " is not a power of two in [1, 32]");
+  const unsigned char* buf = warp_exchange(&var, sizeof(T));
+  const Fiber* f = sl_emu_tls_fiber;
+  const int j = shfl_source(f->lane, mode, b, width);
+  if (j >= sl_emu_tls_block->warps[f->warp].size)
+    fail(std::string(op) + ": reads lane " + std::to_string(j) + ", which does not exist (the block's last warp has " +
+         std::to_string(sl_emu_tls_block->warps[f->warp].size) + " lanes)");
+  T out;
+  std::memcpy(&out, buf + j * kXSlot, sizeof(T));
+  return out;
+}
+
+}  // namespace sl_emu
+
+template <class T>
+inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32) {
+  return ::sl_emu::shfl(mask, var, ::sl_emu::kShflIdx, static_cast<unsigned>(src_lane), width, "__shfl_sync");
+}
+template <class T>
+inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+  return ::sl_emu::shfl(mask, var, ::sl_emu::kShflUp, delta, width, "__shfl_up_sync");
+}
+template <class T>
+inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+  return ::sl_emu::shfl(mask, var, ::sl_emu::kShflDown, delta, width, "__shfl_down_sync");
+}
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32) {
+  return ::sl_emu::shfl(mask, var, ::sl_emu::kShflXor, static_cast<unsigned>(lane_mask), width, "__shfl_xor_sync");
+}
+
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  ::sl_emu::check_mask(mask, "__syncwarp");
+  ::sl_emu::warp_sync_impl(sl_emu_tls_block, sl_emu_tls_fiber);
+}
+
+// The emulator does not track divergence: every lane of the warp that exists counts as active.
+inline unsigned __activemask() { return ::sl_emu::lanes_present(sl_emu_tls_block, sl_emu_tls_fiber); }
+
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  ::sl_emu::check_mask(mask, "__ballot_sync");
+  const int mine = pred != 0;
+  const unsigned char* buf = ::sl_emu::warp_exchange(&mine, sizeof mine);
+  unsigned out = 0;
+  const int size = sl_emu_tls_block->warps[sl_emu_tls_fiber->warp].size;
+  for (int l = 0; l < size; ++l) {
+    int v;
+    std::memcpy(&v, buf + l * ::sl_emu::kXSlot, sizeof v);
+    if (v) out |= 1u << l;
+  }
+  return out & mask;
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == (mask & __activemask()); }
+
+namespace sl_emu {
+
+inline uint16_t load_b16(const unsigned char* row, int col) {
+  uint16_t v;
+  std::memcpy(&v, row + 2 * col, 2);
+  return v;
+}
+
+// ldmatrix.m8n8.b16: lanes 8i..8i+7 give the row addresses of matrix i; lane l receives
+// row l/4, columns 2(l%4) and 2(l%4)+1 of each matrix (transposed: rows 2(l%4), 2(l%4)+1 of column l/4).
+template <int NMAT, bool TRANS>
+inline void ldmatrix(unsigned* r, const void* row_ptr, const char* op) {
+  const Fiber* f = sl_emu_tls_fiber;
+  if (f->lane < 8 * NMAT) {
+    check_align(row_ptr, 16, op, std::string(": row address of lane ") + std::to_string(f->lane));
+#ifdef SL_EMU_BOUNDS
+    check_bytes(row_ptr, 16, true, op);
+#endif
+  }
+  const unsigned char* buf = warp_exchange(&row_ptr, sizeof row_ptr);
+  if (sl_emu_tls_block->warps[f->warp].size != 32) fail(std::string(op) + " needs a full warp of 32 threads");
+  const int g = f->lane >> 2, t = f->lane & 3;
+  for (int i = 0; i < NMAT; ++i) {
+    const unsigned char* rows[8];
+    for (int k = 0; k < 8; ++k) std::memcpy(&rows[k], buf + (8 * i + k) * kXSlot, sizeof(void*));
+    const uint16_t lo = TRANS ? load_b16(rows[2 * t], g) : load_b16(rows[g], 2 * t);
+    const uint16_t hi = TRANS ? load_b16(rows[2 * t + 1], g) : load_b16(rows[g], 2 * t + 1);
+    r[i] = static_cast<unsigned>(lo) | (static_cast<unsigned>(hi) << 16);
+  }
+}
+
+// mma.m16n8k16.row.col with f32 accumulate. A fragment: reg (r>=8) + 2*(k>=8) of lane
+// (r%8)*4 + (k%8)/2, half k&1; B fragment: reg (k>=8) of lane n*4 + (k%8)/2, half k&1;
+// C/D: element i of lane l is row l/4 + 8*(i>=2), column 2*(l%4) + (i&1).
+template <float (*CVT)(uint16_t)>
+inline void mma_m16n8k16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4], const char* op) {
+  unsigned mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  const unsigned char* buf = warp_exchange(mine, sizeof mine);
+  const Fiber* f = sl_emu_tls_fiber;
+  if (sl_emu_tls_block->warps[f->warp].size != 32) fail(std::string(op) + " needs a full warp of 32 threads");
+  auto reg = [buf](int lane, int idx) {
+    unsigned v;
+    std::memcpy(&v, buf + lane * kXSlot + idx * 4, 4);
+    return v;
+  };
+  auto A = [&](int r, int k) {
+    const unsigned v = reg((r % 8) * 4 + (k % 8) / 2, (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0));
+    return CVT(static_cast<uint16_t>((k & 1) ? v >> 16 : v & 0xffffu));
+  };
+  auto B = [&](int k, int n) {
+    const unsigned v = reg(n * 4 + (k % 8) / 2, 4 + (k >= 8 ? 1 : 0));
+    return CVT(static_cast<uint16_t>((k & 1) ? v >> 16 : v & 0xffffu));
+  };
+  const int g = f->lane >> 2, t = f->lane & 3;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+    float acc = 0.0f;
+    for (int k = 0; k < 16; ++k) acc += A(row, k) * B(k, col);
+    out[i] = acc + c[i];
+  }
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
+}  // namespace sl_emu
+
+inline void sl_mma_m16n8k16_f16f32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+  ::sl_emu::mma_m16n8k16<::sl_emu::h2f>(d, a, b, c, "sl_mma_m16n8k16_f16f32");
+}
+inline void sl_mma_m16n8k16_bf16f32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+  ::sl_emu::mma_m16n8k16<::sl_emu::bf2f>(d, a, b, c, "sl_mma_m16n8k16_bf16f32");
+}
+inline void sl_ldmatrix_x4(unsigned r[4], const void* p) { ::sl_emu::ldmatrix<4, false>(r, p, "sl_ldmatrix_x4"); }
+inline void sl_ldmatrix_x2(unsigned r[2], const void* p) { ::sl_emu::ldmatrix<2, false>(r, p, "sl_ldmatrix_x2"); }
+inline void sl_ldmatrix_x4_trans(unsigned r[4], const void* p) {
+  ::sl_emu::ldmatrix<4, true>(r, p, "sl_ldmatrix_x4_trans");
+}
+inline void sl_ldmatrix_x2_trans(unsigned r[2], const void* p) {
+  ::sl_emu::ldmatrix<2, true>(r, p, "sl_ldmatrix_x2_trans");
+}
+
+// cp.async as a synchronous copy: the data is in place before the commit/wait that must follow.
+inline void sl_cp_async_16(void* smem_dst, const void* gmem_src) {
+  ::sl_emu::check_align(smem_dst, 16, "sl_cp_async_16", ": shared destination");
+  ::sl_emu::check_align(gmem_src, 16, "sl_cp_async_16", ": global source");
+#ifdef SL_EMU_BOUNDS
+  ::sl_emu::check_bytes(gmem_src, 16, false, "sl_cp_async_16 source");
+  ::sl_emu::check_bytes(smem_dst, 16, true, "sl_cp_async_16 destination");
+#endif
+  std::memcpy(smem_dst, gmem_src, 16);
+}
+inline void sl_cp_async_commit() {}
+template <int N>
+inline void sl_cp_async_wait() {}
+
+inline void __trap() { ::sl_emu::fail("__trap() called"); }

@@ -1,0 +1,228 @@
+"""Compile-check generated CUDA source for a GPU architecture, without needing a GPU.
+
+A kernel that the emulator accepts can still fail to compile for the GPU (an intrinsic the
+emulator is lenient about, inline PTX needing a newer architecture) or use too many registers or
+too much shared memory. ``compile_check`` builds SASS with ``nvcc -cubin --resource-usage`` (about
+0.5 s) or, when nvcc is missing, with NVRTC through ``cupy.cuda.nvrtc`` (``-Xptxas=-v``; NVRTC
+needs an explicit ``-arch`` and ``-I`` to the CUDA headers, and works with no GPU present), and
+parses ptxas' per-kernel resource lines. Reports are cached as JSON by content hash.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from schedlib.cache import cache_dir, content_hash
+from schedlib.errors import CompileError
+
+__all__ = ["CompileReport", "KernelResources", "compile_check", "find_cuda_include", "find_nvcc", "nvrtc_available"]
+
+_ARCH = re.compile(r"sm_\d+[a-z]?\Z")
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reports for one kernel (entry function) on one architecture."""
+
+    name: str
+    registers: int
+    shared_static_bytes: int
+    stack_frame_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    constant_bytes: int
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    """Resource usage of every kernel in a source, plus the full compiler log."""
+
+    arch: str
+    kernels: dict[str, KernelResources]
+    log: str
+    compiler: str = "nvcc"
+
+    @property
+    def registers(self) -> int:
+        return max((k.registers for k in self.kernels.values()), default=0)
+
+    @property
+    def shared_static_bytes(self) -> int:
+        return max((k.shared_static_bytes for k in self.kernels.values()), default=0)
+
+    @property
+    def spill_bytes(self) -> int:
+        return sum(k.spill_store_bytes + k.spill_load_bytes for k in self.kernels.values())
+
+
+def find_nvcc() -> str | None:
+    """nvcc from PATH, ``$CUDA_HOME/bin``, ``/usr/local/cuda/bin`` or ``/usr/local/bin``."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    dirs = [os.path.join(os.environ[v], "bin") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    for d in [*dirs, "/usr/local/cuda/bin", "/usr/local/bin"]:
+        cand = os.path.join(d, "nvcc")
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def find_cuda_include() -> str | None:
+    """A directory holding ``cuda_fp16.h``, which NVRTC needs passed with -I."""
+    roots = [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    nvcc = find_nvcc()
+    if nvcc:
+        roots.append(str(Path(nvcc).resolve().parent.parent))
+    for root in [*roots, "/usr/local/cuda"]:
+        inc = os.path.join(root, "include")
+        if os.path.isfile(os.path.join(inc, "cuda_fp16.h")):
+            return inc
+    return None
+
+
+def _nvrtc():  # cupy's nvrtc module, or None
+    try:
+        from cupy.cuda import nvrtc  # optional dependency
+
+        nvrtc.getVersion()
+    except Exception:  # any import/loader failure means "not available"
+        return None
+    return nvrtc
+
+
+def nvrtc_available() -> bool:
+    """True if NVRTC can be called (cupy plus an NVRTC library) and the CUDA headers are found."""
+    return _nvrtc() is not None and find_cuda_include() is not None
+
+
+@functools.lru_cache(maxsize=4)
+def _nvcc_identity(nvcc: str) -> str:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=120, check=False)
+    return f"{nvcc}\n{out.stdout.strip()}"
+
+
+def parse_ptxas(log: str) -> dict[str, KernelResources]:
+    """Per-entry resources from ptxas -v output (nvcc --resource-usage or NVRTC -Xptxas=-v)."""
+    kernels: dict[str, KernelResources] = {}
+    frames: dict[str, tuple[int, int, int]] = {}
+    entry = props = None
+    for line in log.splitlines():
+        if m := _ENTRY.search(line):
+            entry = m.group(1)
+        elif m := _PROPS.search(line):
+            props = m.group(1)
+        elif (m := _FRAME.search(line)) and props:
+            frames[props] = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        elif (m := _USED.search(line)) and entry:
+            smem = _SMEM.search(line)
+            frame = frames.get(entry, (0, 0, 0))
+            kernels[entry] = KernelResources(
+                name=entry,
+                registers=int(m.group(1)),
+                shared_static_bytes=int(smem.group(1)) if smem else 0,
+                stack_frame_bytes=frame[0],
+                spill_store_bytes=frame[1],
+                spill_load_bytes=frame[2],
+                constant_bytes=sum(int(c) for c in _CMEM.findall(line)),
+            )
+            entry = None
+    return kernels
+
+
+def _run_nvcc(nvcc: str, source: str, arch: str, flags: Sequence[str]) -> str:
+    with tempfile.TemporaryDirectory(prefix="schedlib-nvcc-") as tmp:
+        src = Path(tmp) / "kernel.cu"
+        src.write_text(source)
+        out = Path(tmp) / "kernel.cubin"
+        cmd = [nvcc, f"-arch={arch}", "-cubin", "--resource-usage", *flags, "-o", str(out), str(src)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CompileError(f"nvcc could not run: {exc}") from exc
+        log = (proc.stdout + proc.stderr).strip()
+        if proc.returncode != 0:
+            raise CompileError(f"nvcc failed for {arch} (exit {proc.returncode}): {' '.join(cmd)}\n{log}")
+        return log
+
+
+def _run_nvrtc(source: str, arch: str, flags: Sequence[str]) -> str:
+    nvrtc = _nvrtc()
+    include = find_cuda_include()
+    if nvrtc is None or include is None:
+        raise CompileError("NVRTC is not usable: it needs cupy, the nvidia-cuda-nvrtc library and the CUDA headers")
+    opts = [f"-arch={arch}", "-Xptxas=-v", f"-I{include}", *flags]
+    prog = nvrtc.createProgram(source, "kernel.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except nvrtc.NVRTCError as exc:
+            raise CompileError(f"NVRTC failed for {arch} ({exc}):\n{nvrtc.getProgramLog(prog).strip()}") from None
+        log = nvrtc.getProgramLog(prog).strip()
+        nvrtc.getCUBIN(prog)  # SASS must really have been produced for this arch
+        return log
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def compile_check(
+    source: str, arch: str = "sm_90", *, extra_flags: Sequence[str] = (), compiler: str | None = None
+) -> CompileReport:
+    """Compile `source` to SASS for `arch` and report each kernel's resources.
+
+    `compiler` is ``"nvcc"``, ``"nvrtc"`` or None (nvcc if found, else NVRTC). Raises
+    :class:`CompileError` carrying the compiler log when the source does not compile, and a clear
+    CompileError when no compiler is available.
+    """
+    if not _ARCH.match(arch):
+        raise CompileError(f"arch {arch!r} is not of the form sm_XY (e.g. sm_80, sm_90, sm_90a)")
+    if compiler not in (None, "nvcc", "nvrtc"):
+        raise CompileError(f"compiler must be 'nvcc', 'nvrtc' or None, got {compiler!r}")
+    nvcc = find_nvcc() if compiler in (None, "nvcc") else None
+    if nvcc is None and compiler == "nvcc":
+        raise CompileError("nvcc was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, /usr/local/bin)")
+    if nvcc is None and not nvrtc_available():
+        raise CompileError(
+            "cannot compile CUDA: nvcc was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, /usr/local/bin) "
+            "and NVRTC is not usable (needs cupy, the nvidia-cuda-nvrtc library and CUDA headers)"
+        )
+    flags = list(extra_flags)
+    if nvcc is not None:
+        used, identity = "nvcc", _nvcc_identity(nvcc)
+    else:
+        used, identity = "nvrtc", f"nvrtc {_nvrtc().getVersion()} {find_cuda_include()}"
+    path = cache_dir("compile") / f"{content_hash(source, arch, json.dumps(flags), identity)}.json"
+    cached = _load_report(path)
+    if cached is not None:
+        return cached
+    log = _run_nvcc(nvcc, source, arch, flags) if nvcc is not None else _run_nvrtc(source, arch, flags)
+    report = CompileReport(arch=arch, kernels=parse_ptxas(log), log=log, compiler=used)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # unique: concurrent writers never clash
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(asdict(report)))
+    os.replace(tmp, path)
+    return report
+
+
+def _load_report(path: Path) -> CompileReport | None:
+    try:
+        data = json.loads(path.read_text())
+        kernels = {name: KernelResources(**k) for name, k in data["kernels"].items()}
+        return CompileReport(arch=data["arch"], kernels=kernels, log=data["log"], compiler=data["compiler"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # missing or unreadable: compile again
