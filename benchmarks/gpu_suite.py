@@ -1,0 +1,119 @@
+"""The one-call GPU suite: ceilings, then rule / carver top-k / short search / vendor for a fixed suite.
+
+    python3 benchmarks/gpu_suite.py [--out DIR] [--trials 8] [--topk 4] [--dry-run]
+
+1. Ceilings measured on the card: device-to-device copy bandwidth (bytes read + written), cuBLAS fp16 and
+   fp32 GEMM through ``cupy.matmul``.
+2. Each workload: every kernel is checked against the vendor result first, then timed with CUDA events
+   (warm-up, L2 flush before each repetition, median of >= 20): the rule default, each of the carver's
+   top-k, a short search (gpu backend), and the vendor library.  % of roofline uses the measured ceilings.
+3. CSV and Markdown go to ``$OUT`` (or ``--out``); a short table is printed last.
+
+``--dry-run`` runs the same pipeline with the carver's estimates and no GPU, to check the script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import schedlib as sl  # noqa: E402
+from schedlib.report import compare, markdown_table  # noqa: E402
+from schedlib.suites import WorkloadSpec  # noqa: E402
+
+SUITE = [
+    WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float32"}, "matmul_fp32_4096"),
+    WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"}, "matmul_fp16_4096"),
+    WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16", "epilogue": "bias_relu"},
+                 "matmul_fp16_bias_relu"),
+    WorkloadSpec("matmul", {"M": 2048, "N": 6144, "K": 4096, "dtype": "float16"}, "prefill_qkv_2048"),
+    WorkloadSpec("gemv", {"N": 14336, "K": 4096, "dtype": "float16"}, "gemv_fp16_inner"),
+    WorkloadSpec("gemv", {"N": 14336, "K": 4096, "dtype": "float16", "trans": True}, "gemv_fp16_outer"),
+    WorkloadSpec("rmsnorm", {"rows": 4096, "cols": 4096}, "rmsnorm_4096"),
+    WorkloadSpec("rmsnorm", {"rows": 4096, "cols": 32000}, "rmsnorm_32000"),
+    WorkloadSpec("softmax", {"rows": 4096, "cols": 4096}, "softmax_4096"),
+    WorkloadSpec("softmax", {"rows": 4096, "cols": 32000}, "softmax_32000"),
+    WorkloadSpec("reduce", {"rows": 4096, "cols": 4096, "op": "sum"}, "row_sum_4096"),
+]
+
+
+def ceilings() -> dict[str, float]:
+    """Copy bandwidth and cuBLAS GEMM throughput, measured with CUDA events on random data."""
+    import cupy as cp
+
+    from schedlib.runtime.timing import benchmark
+
+    n = 1 << 28  # 1 GiB of float32
+    src = cp.random.standard_normal(n, dtype=cp.float32)
+    dst = cp.empty_like(src)
+    copy = benchmark(lambda: dst.__setitem__(Ellipsis, src), repeat=20)
+    out = {"bandwidth": 2 * 4 * n / (copy["median_us"] * 1e-6)}
+    for dtype, key in (("float16", "fp16_flops"), ("float32", "fp32_flops")):
+        m = 8192
+        a = cp.random.standard_normal((m, m), dtype=cp.float32).astype(dtype)
+        b = cp.random.standard_normal((m, m), dtype=cp.float32).astype(dtype)
+        t = benchmark(lambda a=a, b=b: cp.matmul(a, b), repeat=20)
+        out[key] = 2 * m**3 / (t["median_us"] * 1e-6)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "gpu-suite-out"))
+    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--topk", type=int, default=4)
+    ap.add_argument("--only", nargs="*", help="labels of the workloads to run")
+    ap.add_argument("--dry-run", action="store_true", help="no GPU: estimates only, to test the script")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    if args.dry_run:
+        device, ceil, backend, target = "none (dry run)", None, "estimate", "h100"
+    else:
+        import cupy as cp
+
+        device = cp.cuda.runtime.getDeviceProperties(0)["name"]
+        device = device.decode() if isinstance(device, bytes) else device
+        target = sl.hw.detect()
+        ceil = ceilings()
+        backend = "gpu"
+        print(f"device {device}: copy {ceil['bandwidth'] / 1e9:.0f} GB/s, cuBLAS fp16 "
+              f"{ceil['fp16_flops'] / 1e12:.0f} TFLOP/s, fp32 {ceil['fp32_flops'] / 1e12:.1f} TFLOP/s", flush=True)
+    suite = [s for s in SUITE if not args.only or s.label in args.only]
+    frames = []
+    for spec in suite:
+        t0 = time.time()
+        try:
+            df = compare([spec], target, topk=args.topk, trials=args.trials, backend=backend, ceilings=ceil)
+        except Exception as exc:  # one broken workload must not lose the others' numbers
+            print(f"{spec.label}: FAILED {type(exc).__name__}: {exc}", flush=True)
+            continue
+        frames.append(df)
+        print(f"{spec.label}: done in {time.time() - t0:.0f} s", flush=True)
+    import pandas as pd
+
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    stamp = datetime.date.today().isoformat()
+    table.to_csv(out / "gpu_suite.csv", index=False)
+    cols = ["workload", "method", "time_us", "tflops", "gbs", "pct_roofline", "speedup_vs_vendor", "source"]
+    lines = [f"# GPU suite on {device}, {stamp}", ""]
+    if ceil:
+        lines += [f"Ceilings: copy {ceil['bandwidth'] / 1e9:.0f} GB/s; cuBLAS fp16 {ceil['fp16_flops'] / 1e12:.0f} "
+                  f"TFLOP/s; fp32 {ceil['fp32_flops'] / 1e12:.1f} TFLOP/s.", ""]
+    lines += [markdown_table(table, cols) if len(table) else "(no results)", "",
+              f"Wall time {time.time() - start:.0f} s."]
+    (out / "gpu_suite.md").write_text("\n".join(lines))
+    if len(table):
+        print(table[cols].to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
