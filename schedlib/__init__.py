@@ -10,7 +10,7 @@ Three ways fill one knob space per rule: expert rules (``sl.rules``), an analyti
 
 from __future__ import annotations
 
-from schedlib import workloads
+from schedlib import hw, rules, workloads
 from schedlib.errors import (
     BuildError,
     CompileError,
@@ -53,6 +53,18 @@ from schedlib.runtime import Kernel, build
 __version__ = "0.1.0"
 
 
+_LAZY = ("carver", "search", "report", "codegen", "runtime", "suites")
+
+
+def __getattr__(name: str) -> object:
+    """Import the heavier subpackages (optuna, xgboost, pandas, matplotlib) on first use."""
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f"schedlib.{name}")
+    raise AttributeError(f"module 'schedlib' has no attribute {name!r}")
+
+
 def func(tensors: list[Tensor], name: str = "main") -> Func:
     """Collect the stages between the given inputs (placeholders) and outputs into a Func of blocks."""
     return _make_func(list(tensors), name)
@@ -80,6 +92,7 @@ __all__ = [
     "erf",
     "exp",
     "func",
+    "hw",
     "if_then_else",
     "log",
     "max",
@@ -89,6 +102,7 @@ __all__ = [
     "placeholder",
     "reduce_axis",
     "rsqrt",
+    "rules",
     "run_reference",
     "sigmoid",
     "sqrt",

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field, replace
 
 from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, literal, mangle
 from schedlib.codegen.layout import const_bytes, flatten, size_elements
+from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
 from schedlib.errors import BuildError
+from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Const, Expr, Load, as_int
 from schedlib.ir.func import Block, Buffer, Func, Loop
 from schedlib.ir.simplify import conjuncts, free_vars, simplify, substitute, var_ranges
@@ -186,6 +188,8 @@ class KernelWriter:
             if region is not None and i == region:
                 self._cross_thread_reduction(block, i, ctx)
                 break
+            if lp.vectorized and i == len(block.loops) - 1 and self._vector_copy(block, lp, ctx):
+                break
             ctx, braces = self._open_loop(block, lp, ctx)
             closers.append((lp, braces))
             for b in self.func.attached_at(block.name, lp.name, "before"):
@@ -242,6 +246,34 @@ class KernelWriter:
         if conds:
             self._close()
         self._close()
+
+    def _vector_copy(self, block: Block, lp: Loop, ctx: _Ctx) -> bool:
+        """Emit a vectorized copy as one aligned 4/8/16-byte access; False when that is not provable."""
+        width = as_int(lp.extent)
+        buf = self.func.buffer(block.store)
+        if block.reducer is not None or not isinstance(block.value, Load) or width is None:
+            return False
+        src = self.func.buffer(block.value.buffer)
+        vtype = VECTOR_TYPES.get(width * BYTES[buf.dtype])
+        if src.dtype != buf.dtype or vtype is None:
+            return False
+        self._enter(block)
+
+        def flat(b: Buffer, idx: tuple[Expr, ...]) -> Expr:
+            return simplify(substitute(flatten(b, idx), self.bindings), self.ranges)
+
+        dst_base = aligned_base(flat(buf, block.store_indices), lp.name, width)
+        src_base = aligned_base(flat(src, block.value.indices), lp.name, width)
+        guards = [uniform_guard(simplify(substitute(p, self.bindings), self.ranges), lp.name, width)
+                  for p in conjuncts(block.predicate)]
+        if dst_base is None or src_base is None or any(g is None for g in guards):
+            return False
+        conds = [self.printer(g) for g in guards] + self._once_guards(block, ctx)  # type: ignore[arg-type]
+        copy = (f"SL_VSTORE({vtype}, {mangle(buf.name)}, {self.printer(dst_base)}, "
+                f"SL_VLOAD({vtype}, {mangle(src.name)}, {self.printer(src_base)}));")
+        self._emit(f"// block {block.name}: {width}-wide vector copy")
+        self._emit(f"if ({' && '.join(conds)}) {copy}" if conds else copy)
+        return True
 
     def _reduction_region(self, block: Block) -> int | None:
         """Index of the first reduce loop when some reduce loop is bound to a thread index."""
