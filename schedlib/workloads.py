@@ -115,7 +115,10 @@ def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: 
 
 def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: int = -1,
            dtype: str = "float32") -> Func:
-    """Reduce a rows x cols matrix over its last (``axis=-1``/1) or first (``axis=0``) axis."""
+    """Reduce a rows x cols matrix over its last (``axis=-1``/1) or first (``axis=0``) axis.
+
+    ``mean`` of an integer matrix is float32 (sum in int32, then divided), like numpy's.
+    """
     check_dtype(dtype)
     if op not in REDUCE_OPS:
         raise IRError(f"reduce: op={op!r}; expected one of {REDUCE_OPS}")
@@ -136,7 +139,8 @@ def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: 
     if op != "mean":
         return make_func([X, R], f"reduce_{op}")
     n = cols if last else rows
-    count = te.compute((kept,), lambda i: R[i] / binary("+", n, 0).astype(acc), "D")
+    mean_dtype = acc if is_float(acc) else "float32"  # an integer mean is fractional, as numpy's is
+    count = te.compute((kept,), lambda i: R[i].astype(mean_dtype) / binary("+", n, 0).astype(mean_dtype), "D")
     return make_func([X, count], "reduce_mean")
 
 

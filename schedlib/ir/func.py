@@ -299,10 +299,10 @@ def make_func(tensors: list[Any], name: str = "main") -> Func:
         # Plain Vars in the IR: AxisVar carries front-end metadata only.
         strip = {a.name: Var(a.name) for a in axes}
 
-        def to_ir(e: Expr, strip: dict[str, Var] = strip) -> Expr:
+        def to_ir(e: Expr, strip: dict[str, Var] = strip, stage: str = t.name) -> Expr:
             if isinstance(e, AxisVar):
                 if e.name not in strip:
-                    raise IRError(f"stage {t.name} uses axis {e.name} that is not one of its axes")
+                    raise IRError(f"stage {stage} uses axis {e.name} that is not one of its axes")
                 return strip[e.name]
             if isinstance(e, Load):
                 return Load(e.buffer, tuple(to_ir(i) for i in e.indices), e.dtype)

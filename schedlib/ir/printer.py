@@ -71,9 +71,10 @@ def _block_lines(func, block, depth: int) -> list[str]:
     head = f"{pad}block {block.name} {block.kinds or '-'} ({binds})"
     if block.predicate is not None:
         head += f" where {expr_str(block.predicate)}"
-    if block.annotations:
+    head += ":"
+    if block.annotations:  # after the colon, like a loop's notes, so the comment does not swallow it
         head += "  # " + ", ".join(f"{k}={v!r}" for k, v in block.annotations)
-    lines = [head + ":"]
+    lines = [head]
     target = f"{block.store}[{', '.join(expr_str(i) for i in block.store_indices)}]"
     if block.reducer is not None:
         if block.init is not None:

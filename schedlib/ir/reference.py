@@ -48,6 +48,9 @@ def bind_symbols(func: Func, inputs: Mapping[str, Any]) -> dict[str, int]:
                 if env.setdefault(dim.name, size) != size:
                     raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, but {dim.name}="
                                      f"{env[dim.name]} from an earlier input")
+    for s in func.symbols:
+        if s not in env:
+            raise ShapeError(f"{func.name}: dimension {s} cannot be inferred from the input shapes")
     for name in func.inputs:
         buf = func.buffer(name)
         for d, (dim, size) in enumerate(zip(buf.shape, tuple(inputs[name].shape) if hasattr(inputs[name], "shape")
@@ -55,9 +58,6 @@ def bind_symbols(func: Func, inputs: Mapping[str, Any]) -> dict[str, int]:
             expect = evaluate_int(dim, env)
             if expect != size:
                 raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, expected {expect} ({dim})")
-    for s in func.symbols:
-        if s not in env:
-            raise ShapeError(f"{func.name}: dimension {s} cannot be inferred from the input shapes")
     return env
 
 

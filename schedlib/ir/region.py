@@ -11,9 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schedlib.ir.expr import Const, Expr, Var, as_int
+from schedlib.ir.expr import Binary, Const, Expr, Var, as_int
 from schedlib.ir.func import Block, Func
-from schedlib.ir.simplify import bounds, free_vars, from_affine, simplify, substitute, to_affine, var_ranges
+from schedlib.ir.simplify import (
+    bounds,
+    conjuncts,
+    free_vars,
+    from_affine,
+    simplify,
+    substitute,
+    to_affine,
+    var_ranges,
+)
 
 Interval = tuple[Expr, Expr, Expr]  # base (fixed loops only), lo, hi offsets (no loop variables)
 
@@ -47,10 +56,13 @@ def _interval(index: Expr, varying: dict[str, Expr]) -> Interval | None:
 
 
 def access_region(func: Func, accesses: Sequence[tuple[Block, Sequence[Expr]]], fixed: set[str],
-                  shape: Sequence[Expr]) -> list[tuple[Expr, Expr]]:
+                  shape: Sequence[Expr], widen: bool = True) -> list[tuple[Expr, Expr]]:
     """The ``(min, extent)`` box per dimension covering every access, with ``fixed`` loops held constant.
 
     ``accesses`` pairs a block with index expressions written over its axes (and possibly loop vars).
+    With ``widen`` a box at least as large as a dimension becomes the whole dimension (base 0): right for
+    a producer, which then fills all of it; a consumer of what one iteration wrote needs the window itself
+    (``widen=False``), since the whole dimension includes elements that iteration did not write.
     """
     per_dim: list[list[Interval | None]] = [[] for _ in shape]
     for block, indices in accesses:
@@ -60,11 +72,11 @@ def access_region(func: Func, accesses: Sequence[tuple[Block, Sequence[Expr]]], 
             per_dim[d].append(_interval(substitute(idx, binding), varying))
     region = []
     for d, intervals in enumerate(per_dim):
-        region.append(_union(intervals, shape[d]))
+        region.append(_union(intervals, shape[d], widen))
     return region
 
 
-def _union(intervals: list[Interval | None], dim: Expr) -> tuple[Expr, Expr]:
+def _union(intervals: list[Interval | None], dim: Expr, widen: bool = True) -> tuple[Expr, Expr]:
     whole = (Const(0), dim)
     if not intervals or any(iv is None for iv in intervals):
         return whole
@@ -83,7 +95,7 @@ def _union(intervals: list[Interval | None], dim: Expr) -> tuple[Expr, Expr]:
         return whole
     extent = simplify(hi - lo + 1)
     ext_c, dim_c = as_int(extent), as_int(dim)
-    if ext_c is not None and dim_c is not None and ext_c >= dim_c:
+    if widen and ext_c is not None and dim_c is not None and ext_c >= dim_c:
         return whole
     return simplify(base0 + lo), extent
 
@@ -95,3 +107,60 @@ def _extreme(values: list[Expr], pick) -> Expr | None:
     if any(i is None for i in ints):
         return None
     return Const(pick(ints))
+
+
+def covers_box(func: Func, block: Block, indices: Sequence[Expr], fixed: set[str], shape: Sequence[Expr],
+               region: Sequence[tuple[Expr, Expr]]) -> bool:
+    """True if one iteration of the ``fixed`` loops makes ``block`` touch *every* element of its region box.
+
+    ``access_region`` over-approximates: ``i_0 * 4 + i_1`` with only ``i_0`` varying touches every 4th
+    element of a box of ``4 * (n - 1) + 1``.  The box is covered exactly when each index is its fixed part
+    plus a dense mixed-radix walk of its own varying loops (coefficients 1, n1, n1*n2, ...), no loop feeding
+    two indices, and the block's guards only trim an index at the buffer's edge (which readers of the box
+    trim alike) or skip reduction steps.  A guard from an overshooting inner split (``i_1 * 3 + i_2 < 4``)
+    masks points inside the box, and a guard on fixed loops may mask a whole iteration: both leave holes.
+    ``region`` is the box as ``access_region`` gave it; it must be exactly the one walked (not widened to
+    the whole dimension while the index still moves with the fixed loops).
+    """
+    binding = {a.name: b for a, b in zip(block.axes, block.bindings)}
+    varying = {lp.name: lp.extent for lp in func.all_loops(block) if lp.name not in fixed}
+    canon = [to_affine(simplify(substitute(idx, binding))) for idx in indices]
+    reduce_only = {lp.name for lp in block.loops if block.loop_kind(lp.name) == "R"
+                   and not any(a.kind == "S" and lp.name in free_vars(b) for a, b in zip(block.axes, block.bindings))}
+    loop_names = {lp.name for lp in func.all_loops(block)}
+    for guard in conjuncts(block.predicate):
+        used = free_vars(guard) & loop_names
+        if used and used <= reduce_only:
+            continue
+        if not (isinstance(guard, Binary) and any(
+                to_affine(simplify(guard.a)) == canon[d] and
+                ((guard.op == "<" and guard.b == shape[d]) or (guard.op == ">=" and guard.b == Const(0)))
+                for d in range(len(canon)))):
+            return False
+    ranges = var_ranges({lp.name: lp.extent for lp in func.all_loops(block)})
+    used_loops: set[str] = set()
+    for (terms, c), (base, extent), dim in zip(canon, region, shape):
+        walk: list[tuple[int, str]] = []
+        fixed_part: dict[Expr, int] = {}
+        for atom, k in terms.items():
+            if not free_vars(atom) & varying.keys():
+                fixed_part[atom] = k
+                continue
+            if not isinstance(atom, Var) or k < 1 or atom.name in used_loops:
+                return False
+            used_loops.add(atom.name)
+            walk.append((k, atom.name))
+        span: Expr = Const(1)
+        for k, name in sorted(walk):
+            if as_int(span) != k:
+                return False
+            span = simplify(span * varying[name])
+        # The walked window [fixed part, + span) must be the region box in every iteration; a window at
+        # least as wide as the dim, always at 0, also covers a box widened to the whole dim.
+        if bounds(simplify(from_affine(fixed_part, c) - base), ranges) != (0, 0):
+            return False
+        if simplify(span - extent) != Const(0):
+            span_c, dim_c = as_int(span), as_int(dim)
+            if not (extent == dim and span_c is not None and dim_c is not None and span_c >= dim_c):
+                return False
+    return True

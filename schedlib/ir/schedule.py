@@ -8,6 +8,7 @@ therefore leaves the schedule exactly as it was.  Traces are JSON, replay throug
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
@@ -25,6 +26,9 @@ class Trace:
     """An ordered list of steps ``{"primitive": name, "args": {...}, "result": ...}``."""
 
     def __init__(self, steps: Sequence[dict[str, Any]] = ()) -> None:
+        for k, s in enumerate(steps):
+            if not isinstance(s, dict):
+                raise ScheduleError("from_trace", f"steps[{k}]", s, "must be an object with primitive/args/result")
         self.steps: list[dict[str, Any]] = [dict(s) for s in steps]
 
     def append(self, primitive: str, args: dict[str, Any], result: Any) -> None:
@@ -87,8 +91,10 @@ class Schedule:
     def _apply(self, primitive: str, **args: Any) -> Any:
         new, result = P.PRIMITIVES[primitive](self.func, **args)
         self.func = new
-        plain = {k: list(v) if isinstance(v, tuple) else v for k, v in args.items()}
-        self.trace.append(primitive, plain, result)
+        # The trace keeps its own copies: a caller changing its factor list, or the loop-name list it got
+        # back, afterwards must not rewrite the history (the replay would then differ).
+        plain = {k: list(v) if isinstance(v, tuple) else copy.deepcopy(v) for k, v in args.items()}
+        self.trace.append(primitive, plain, copy.deepcopy(result))
         return result
 
     def copy(self) -> Schedule:
@@ -101,6 +107,8 @@ class Schedule:
     @classmethod
     def from_trace(cls, func: Func, trace: str | Trace) -> Schedule:
         """Replay a trace (JSON text or Trace) on ``func``; raises ScheduleError if it does not apply."""
+        if not isinstance(trace, (str, Trace)):
+            raise ScheduleError("from_trace", "trace", trace, "must be JSON text or a Trace")
         steps = Trace.from_json(trace) if isinstance(trace, str) else trace
         sch = cls(func)
         for k, step in enumerate(steps):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from schedlib.ir.dtype import is_int
 from schedlib.ir.expr import (
     Binary,
     Call,
@@ -25,7 +26,6 @@ from schedlib.ir.expr import (
     cast,
     select,
 )
-from schedlib.ir.dtype import is_int
 
 Ranges = Mapping[str, tuple[int, int]]  # var name -> inclusive (lo, hi)
 

@@ -28,7 +28,7 @@ from schedlib.ir.expr import minimum as _minimum
 class AxisVar(Var):
     """An iteration axis of a compute: spatial (S) or reduce (R).  Usable inside expressions."""
 
-    extent: Expr = Const(1)
+    extent: Expr = Const(1)  # noqa: RUF009 - a frozen value, safe to share as a default
     kind: str = "S"
 
     def __repr__(self) -> str:
@@ -148,17 +148,17 @@ def _axes(axis: AxisVar | Sequence[AxisVar]) -> tuple[AxisVar, ...]:
     return axes
 
 
-def sum(expr: ExprLike, axis: AxisVar | Sequence[AxisVar]) -> Reduce:  # noqa: A001 - mirrors numpy
+def sum(expr: ExprLike, axis: AxisVar | Sequence[AxisVar]) -> Reduce:  # shadows the builtin, as numpy's does
     e = const(expr)
     return Reduce("sum", e, _axes(axis), e.dtype)
 
 
-def max(expr: ExprLike, axis: AxisVar | Sequence[AxisVar]) -> Reduce:  # noqa: A001
+def max(expr: ExprLike, axis: AxisVar | Sequence[AxisVar]) -> Reduce:
     e = const(expr)
     return Reduce("max", e, _axes(axis), e.dtype)
 
 
-def min(expr: ExprLike, axis: AxisVar | Sequence[AxisVar]) -> Reduce:  # noqa: A001
+def min(expr: ExprLike, axis: AxisVar | Sequence[AxisVar]) -> Reduce:
     e = const(expr)
     return Reduce("min", e, _axes(axis), e.dtype)
 
@@ -202,7 +202,7 @@ def sigmoid(x: ExprLike) -> Expr:
     return call("sigmoid", x)
 
 
-def abs(x: ExprLike) -> Expr:  # noqa: A001
+def abs(x: ExprLike) -> Expr:
     return call("abs", x)
 
 

@@ -5,7 +5,7 @@ They change how a loop or buffer is realised on the GPU, never what is computed.
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -112,7 +112,8 @@ def unroll(func: Func, loop: str) -> tuple[Func, None]:
 def _check_value(prim: str, value: Any) -> None:
     if not isinstance(value, (int, float, str, bool)):
         fail(prim, "value", value, "must be an int, float, str or bool (a JSON scalar)")
-    json.dumps(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        fail(prim, "value", value, "must be finite: JSON has no NaN or infinity, so the trace could not replay it")
 
 
 def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]:
@@ -127,10 +128,10 @@ def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]
     _check_value(prim, value)
     if isinstance(target, str) and func.has_block(target):
         blk = func.block(target)
-        ann = tuple((k, v) for k, v in blk.annotations if k != key) + ((key, value),)
+        ann = (*((k, v) for k, v in blk.annotations if k != key), (key, value))
         return func.with_block(replace(blk, annotations=ann)), None
     owner, idx = get_loop(func, prim, target, "target")
-    ann = tuple((k, v) for k, v in owner.loops[idx].annotations if k != key) + ((key, value),)
+    ann = (*((k, v) for k, v in owner.loops[idx].annotations if k != key), (key, value))
     return _replace_loop(func, target, annotations=ann), None
 
 
@@ -152,5 +153,5 @@ def storage_align(func: Func, block: str, dim: int, factor: int, offset: int) ->
     check_positive_int(prim, "factor", factor)
     if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < factor:
         fail(prim, "offset", offset, f"must be an integer in [0, factor={factor})")
-    align = tuple(a for a in buf.align if a[0] != dim) + ((dim, factor, offset),)
+    align = (*(a for a in buf.align if a[0] != dim), (dim, factor, offset))
     return func.with_buffer(replace(buf, align=align)), None

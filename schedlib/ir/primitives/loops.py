@@ -23,8 +23,8 @@ def _move_attachments(func: Func, block: str, old: str, new: str) -> Func:
 def split(func: Func, loop: str, factors: Sequence[int | None]) -> tuple[Func, list[str]]:
     """Split ``loop`` into nested loops with the given extents; one factor may be ``None`` (inferred).
 
-    When the factors overshoot the extent, the block gets a guard.  Blocks attached at ``loop`` move to the
-    innermost new loop.  Returns the new loop names, outermost first.
+    When the factors overshoot the extent, the block and every block attached inside ``loop`` get a guard.
+    Blocks attached at ``loop`` move to the innermost new loop.  Returns the new loop names, outermost first.
 
     Before ``split(f, "C.i", [None, 16])`` with ``C.i`` of extent 40::
 
@@ -73,11 +73,15 @@ def split(func: Func, loop: str, factors: Sequence[int | None]) -> tuple[Func, l
     new_loops = tuple(Loop(n, s, unrolled=lp.unrolled if k == len(sizes) - 1 else False)
                       for k, (n, s) in enumerate(zip(names, sizes)))
     out = func.substitute_loops({loop: value})
-    blk = out.block(owner.name)
-    pred = blk.predicate
     if not exact:
-        pred = conjunction([*conjuncts(pred), binary("<", value, extent)])
-    blk = replace(blk, loops=blk.loops[:idx] + new_loops + blk.loops[idx + 1:], predicate=pred)
+        # Every block run inside the loop (the owner and all blocks attached at or below it) must skip
+        # the overshooting iterations, or an attached producer/consumer would touch out-of-range elements.
+        guard = binary("<", value, extent)
+        for inner in func.subtree(owner.name, idx):
+            b = out.block(inner.name)
+            out = out.with_block(replace(b, predicate=conjunction([*conjuncts(b.predicate), guard])))
+    blk = out.block(owner.name)
+    blk = replace(blk, loops=blk.loops[:idx] + new_loops + blk.loops[idx + 1:])
     out = _move_attachments(out.with_block(blk), owner.name, loop, names[-1])
     return normalize(out), names
 
@@ -133,7 +137,7 @@ def fuse(func: Func, loops: Sequence[str]) -> tuple[Func, str]:
     out = func.substitute_loops(mapping)
     blk = out.block(block.name)
     first = positions[0]
-    blk = replace(blk, loops=blk.loops[:first] + (Loop(fused, fused_extent),) + blk.loops[positions[-1] + 1:])
+    blk = replace(blk, loops=(*blk.loops[:first], Loop(fused, fused_extent), *blk.loops[positions[-1] + 1:]))
     out = _move_attachments(out.with_block(blk), block.name, loops[-1], fused)
     return normalize(out), fused
 
@@ -158,9 +162,9 @@ def reorder(func: Func, loops: Sequence[str]) -> tuple[Func, None]:
     prim = "reorder"
     if not isinstance(loops, (list, tuple)) or len(loops) < 2:
         fail(prim, "loops", loops, "must list at least two loops")
+    owners = [get_loop(func, prim, name, "loops") for name in loops]
     if len(set(loops)) != len(loops):
         fail(prim, "loops", list(loops), "a loop is listed twice")
-    owners = [get_loop(func, prim, name, "loops") for name in loops]
     block = owners[0][0]
     if any(b.name != block.name for b, _ in owners):
         fail(prim, "loops", list(loops), "loops belong to different blocks")

@@ -20,21 +20,40 @@ from schedlib.ir.primitives.common import (
     loop_ranges,
     normalize,
 )
-from schedlib.ir.region import access_region
-from schedlib.ir.simplify import conjunction, loads, map_children, rename_buffer, simplify, substitute
+from schedlib.ir.region import access_region, covers_box
+from schedlib.ir.simplify import conjunction, free_vars, loads, map_children, rename_buffer, simplify, substitute
 
 
-def _check_movable(func: Func, prim: str, blk: Block, host: Block) -> None:
+def _check_movable(func: Func, prim: str, blk: Block, host: Block, loop: str) -> None:
     if host.name == blk.name:
-        fail(prim, "loop", host.name, f"is a loop of block {blk.name} itself")
+        fail(prim, "loop", loop, f"is a loop of block {blk.name} itself")
+    # A block with nothing attached to it cannot enclose ``host`` either (the chain of attachments from
+    # ``host`` upwards would end in one attached to ``blk``), so this check also rules out cycles.
     if func.attached_to(blk.name):
         names = ", ".join(b.name for b in func.attached_to(blk.name))
         fail(prim, "block", blk.name, f"has blocks attached to its loops ({names}); move those first")
-    anc: Block | None = host
-    while anc is not None and anc.attach is not None:
-        if anc.attach.block == blk.name:
-            fail(prim, "block", blk.name, f"encloses {host.name}")
-        anc = func.block(anc.attach.block)
+    # Its loops are regenerated, so its store must not depend on them: a block whose output was compacted
+    # (stored at loop variables, read back shifted by its current host's loops) cannot move.
+    spatial = [a for a in blk.axes if a.kind == "S"]
+    if tuple(blk.store_indices) != tuple(Var(a.name) for a in spatial):
+        fail(prim, "block", blk.name, "does not store at its plain spatial axes (moved or compacted already)")
+    # An attached block may read a buffer compacted under a loop of its host (``C_local[i - C.i_0 * 8]``);
+    # it can only move where every such loop still encloses it.
+    idx = host.loop_index(loop)
+    enclosing = {lp.name for lp in func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]}
+    outer = free_vars(blk.value) - {a.name for a in blk.axes} - set(func.symbols) - enclosing
+    if outer:
+        fail(prim, "loop", loop, f"block {blk.name} indexes a buffer through loop(s) {', '.join(sorted(outer))}, "
+             "which would not enclose it there")
+
+
+def _check_single_producer(func: Func, prim: str, blk: Block) -> None:
+    """A block sharing its buffer with another producer (a reduction and its decomposed init) cannot move or
+    vanish on its own: the other producer would then run at the wrong time or write a removed buffer."""
+    others = [b.name for b in func.producers(blk.store) if b.name != blk.name]
+    if others:
+        fail(prim, "block", blk.name, f"{blk.store} is also written by {', '.join(others)}; "
+             "schedule it before decompose_reduction")
 
 
 def _fixed_loops(func: Func, host: Block, idx: int, scope: str) -> set[str]:
@@ -76,6 +95,9 @@ def _shift(indices: tuple[Expr, ...], bases: list[Expr]) -> tuple[Expr, ...]:
 def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     """Compute ``block`` inside ``loop`` of its consumer, only over the region read in one iteration.
 
+    Every reader of the block's buffer must run inside ``loop``, and the block must be its buffer's only
+    producer (move a reduction before ``decompose_reduction``).
+
     Before ``compute_at(f, "A_shared", "C.k_0")``::
 
         for A_shared.ax0 in range(64):
@@ -104,13 +126,12 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     prim = "compute_at"
     blk = get_block(func, prim, block)
     host, idx = get_loop(func, prim, loop)
-    _check_movable(func, prim, blk, host)
+    _check_movable(func, prim, blk, host, loop)
     buf = func.buffer(blk.store)
     if buf.name in func.outputs:
         fail(prim, "block", block, f"writes output {buf.name}; only intermediate stages can move inward")
+    _check_single_producer(func, prim, blk)
     spatial = [a for a in blk.axes if a.kind == "S"]
-    if tuple(blk.store_indices) != tuple(Var(a.name) for a in spatial):
-        fail(prim, "block", block, "does not store at its plain spatial axes (moved or compacted already)")
     inside = func.subtree(host.name, idx)
     consumers = [c for c in func.consumers(buf.name) if c.name != block]
     if not consumers:
@@ -140,6 +161,10 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
 def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     """Run consumer ``block`` inside ``loop`` of its producer, over the region written in one iteration.
 
+    A shared/local buffer read by nothing else is compacted to that region when one iteration writes all
+    of it; a strided or masked write pattern (an inner split that overshoots, a loop order that interleaves
+    the region with others) keeps the buffer whole, which stays correct.
+
     Before ``reverse_compute_at(f, "C_local", "C.i_0")``::
 
         for C.i_0 in range(4):
@@ -164,7 +189,8 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     prim = "reverse_compute_at"
     blk = get_block(func, prim, block)
     host, idx = get_loop(func, prim, loop)
-    _check_movable(func, prim, blk, host)
+    _check_movable(func, prim, blk, host, loop)
+    _check_single_producer(func, prim, blk)
     buf = func.buffer(host.store)
     reads = [ld for ld in loads(blk.value) if ld.buffer == buf.name]
     if not reads:
@@ -182,11 +208,21 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
         if host.loop_kind(lp.name) == "R":
             fail(prim, "loop", loop, f"{lp.name} at or above it reduces; {host.name}'s results are not final there")
     fixed = _fixed_loops(func, host, idx, buf.scope)
-    region = access_region(func, [(host, host.store_indices)], fixed, buf.shape)
+    region = access_region(func, [(host, host.store_indices)], fixed, buf.shape, widen=False)
     moved = _regenerate(func, blk, {a: region[d] for a, d in dims.items()}, Attach(host.name, loop, "after"))
     out = func.with_block(moved)
     others = [c.name for c in func.consumers(buf.name) if c.name != block]
-    if buf.scope != "global" and not others and buf.name not in func.outputs:
+    # Compact only when one iteration writes the whole box: the consumer reads all of it, and a compacted
+    # element the host skipped would still hold a value from an earlier iteration.  For the same reason a
+    # region widened over threadIdx loops (shared scope) must not interleave with a fixed loop inside them:
+    # the tile of one fixed iteration would then be filled across several thread iterations, with tiles
+    # of other fixed iterations written into the same compacted place in between.
+    chain = func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]
+    interleaved = any(lp.name in fixed and any(o.name not in fixed for o in chain[:k]) for k, lp in enumerate(chain))
+    exact = covers_box(func, host, host.store_indices, fixed, buf.shape, region) and not interleaved
+    # Other writers (a decomposed init) keep the buffer's full indexing, so it stays whole with them.
+    sole_writer = [p.name for p in func.producers(buf.name)] == [host.name]
+    if buf.scope != "global" and not others and buf.name not in func.outputs and exact and sole_writer:
         bases = [r[0] for r in region]
         writer = out.block(host.name)
         out = out.with_block(replace(writer, store_indices=_shift(writer.store_indices, bases)))
@@ -243,6 +279,7 @@ def compute_inline(func: Func, block: str) -> tuple[Func, None]:
     buf = func.buffer(blk.store)
     if buf.name in func.outputs:
         fail(prim, "block", block, f"writes output {buf.name}, which must be stored")
+    _check_single_producer(func, prim, blk)
     if tuple(blk.store_indices) != tuple(Var(a.name) for a in blk.axes):
         fail(prim, "block", block, "does not store at its plain axes")
     if buf.name in {ld.buffer for ld in loads(blk.value)}:
@@ -284,7 +321,10 @@ def reverse_compute_inline(func: Func, block: str) -> tuple[Func, None]:
     if len(produced) != 1:
         fail(prim, "block", block, f"must read exactly one computed buffer, reads {produced}")
     buf = func.buffer(produced[0])
-    (producer,) = func.producers(buf.name)
+    producers = func.producers(buf.name)
+    if len(producers) != 1:
+        fail(prim, "block", block, f"{buf.name} has several producers ({', '.join(p.name for p in producers)})")
+    (producer,) = producers
     if producer.reducer is not None:
         fail(prim, "block", block, f"its producer {producer.name} is a reduction; cache_write it first")
     if buf.name in func.outputs or [c.name for c in func.consumers(buf.name)] != [block]:
@@ -295,6 +335,11 @@ def reverse_compute_inline(func: Func, block: str) -> tuple[Func, None]:
     if any(ld.indices != index for ld in reads) or sorted(
             i.name for i in index if isinstance(i, Var)) != sorted(names) or len(index) != len(names):
         fail(prim, "block", block, f"must read {buf.name} at a permutation of its axes, reads {reads[0]}")
+    for d, (ix, dim) in enumerate(zip(index, buf.shape)):
+        extent = blk.axis(ix.name).extent
+        if extent != dim:
+            fail(prim, "block", block, f"axis {ix.name} spans {extent} but reads dim {d} of {buf.name}, which "
+                 f"has {dim}; the producer's iteration domain would not match")
     mapping = {ix.name: p for ix, p in zip(index, producer.store_indices)}
     # Rename the consumer's axes first, so producer axes that share their names are never captured.
     value = _inline_loads(substitute(blk.value, mapping), buf.name, replace(producer, axes=()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from schedlib.ir.expr import Expr, Load, Var
+from schedlib.ir.expr import Expr, Load, Var, select
 from schedlib.ir.func import Attach, Axis, Block, Buffer, Func, Loop
 from schedlib.ir.primitives.common import fail, get_block, get_loop, normalize, short
 from schedlib.ir.simplify import conjunction, conjuncts, free_vars, substitute
@@ -15,10 +15,16 @@ def _reduce_loops(block: Block) -> list[Loop]:
     return [lp for lp in block.loops if block.loop_kind(lp.name) == "R"]
 
 
+def _drives_spatial(block: Block, loop: str) -> bool:
+    return any(a.kind == "S" and loop in free_vars(b) for a, b in zip(block.axes, block.bindings))
+
+
 def rfactor(func: Func, loop: str, factor_axis: int = 0) -> tuple[Func, str]:
     """Turn reduction loop ``loop`` into a spatial axis of a new partial-result block; returns its name.
 
-    The original block then reduces the partials over that axis.
+    The original block then reduces the partials over that axis.  Guards on the reduction loops (a split
+    of K that overshoots) move into the partials' value as ``select(guard, value, identity)``, so every
+    partial is initialised and defined even when all of its steps are masked.
 
     Before ``rfactor(f, "C.k_1")`` with ``k = C.k_0 * 4 + C.k_1``::
 
@@ -78,11 +84,19 @@ def rfactor(func: Func, loop: str, factor_axis: int = 0) -> tuple[Func, str]:
     rf_index.insert(factor_axis, Var(new_axis[loop]))
     rf_shape = list(out_buf.shape)
     rf_shape.insert(factor_axis, lp_rf.extent)
+    # A guard on the reduction loops (a split overshooting K) may mask *every* step of some partial, which
+    # then would never be initialised; such steps add the identity instead, so every partial is defined.
+    r_names = set(new_axis)
+    r_guards = [p for p in conjuncts(owner.predicate) if free_vars(p) & r_names]
+    rf_value = substitute(owner.value, r_values)
+    rf_init = identity(owner.reducer, owner.value.dtype)
+    if r_guards:
+        rf_value = select(substitute(conjunction(r_guards), to_new), rf_value, rf_init)
+    rf_pred = conjunction(p for p in conjuncts(owner.predicate) if not free_vars(p) & r_names)
     rf_block = Block(name=rf_name, axes=tuple(rf_axes), bindings=tuple(rf_bindings), loops=owner.loops,
-                     store=rf_name, store_indices=tuple(rf_index), value=substitute(owner.value, r_values),
-                     reducer=owner.reducer, init=identity(owner.reducer, owner.value.dtype),
-                     predicate=owner.predicate)
-    taken = func.all_loop_names() - {lp.name for lp in owner.loops}
+                     store=rf_name, store_indices=tuple(rf_index), value=rf_value,
+                     reducer=owner.reducer, init=rf_init, predicate=rf_pred)
+    taken = func.all_loop_names()  # the rf block keeps the owner's loops, so their names stay taken
     final_axes = [a for a, _ in spatial] + [Axis(new_axis[loop], lp_rf.extent, "R")]
     final_loops = []
     for a in final_axes:
@@ -106,8 +120,10 @@ def rfactor(func: Func, loop: str, factor_axis: int = 0) -> tuple[Func, str]:
 def decompose_reduction(func: Func, block: str, loop: str) -> tuple[Func, str]:
     """Move a reduction's initialisation into its own block placed just before ``loop``.
 
-    ``loop`` must enclose every reduction loop of the block.  Spatial loops at or below ``loop`` are
-    copied (with their bindings) for the init block.  Returns the init block's name.
+    ``loop`` must enclose every reduction loop of the block, no loop below it may drive spatial and
+    reduction axes at once, and it must lie inside any loop the block's output tile is compacted to.
+    Spatial loops at or below ``loop`` are copied (with their bindings) for the init block.  Returns the
+    init block's name.
 
     Before ``decompose_reduction(f, "C", "C.k")``::
 
@@ -137,6 +153,17 @@ def decompose_reduction(func: Func, block: str, loop: str) -> tuple[Func, str]:
     if r_loops and idx > r_loops[0]:
         fail(prim, "loop", loop, f"is inside reduction loop {blk.loops[r_loops[0]].name}; pick an outer loop")
     r_names = {blk.loops[i].name for i in r_loops}
+    inner = {lp.name for lp in blk.loops[idx:]}
+    tied = sorted(inner & set().union(*(free_vars(i) for i in blk.store_indices)))
+    if tied:
+        # The buffer was compacted to one iteration of these loops; an init hoisted out of them would
+        # initialise every iteration's tile in the same place, once, before the first.
+        fail(prim, "loop", loop, f"{blk.store} is stored per iteration of {', '.join(tied)} (compacted); "
+             "decompose at a loop inside it")
+    for lp in blk.loops[idx:]:
+        if lp.name in r_names and _drives_spatial(blk, lp.name):
+            fail(prim, "loop", loop, f"loop {lp.name} below it drives spatial and reduction axes at once; "
+                 "the initialisation cannot be split from it")
     taken = func.all_loop_names()
     init_name = func.fresh_name(f"{block}_init")
     copies: dict[str, Expr] = {}
@@ -157,7 +184,8 @@ def decompose_reduction(func: Func, block: str, loop: str) -> tuple[Func, str]:
     init = Block(name=init_name, axes=tuple(a for a, _ in spatial),
                  bindings=tuple(substitute(b, copies) for _, b in spatial), loops=tuple(loops),
                  store=blk.store,
-                 store_indices=tuple(substitute(i, copies) for i in blk.store_indices), value=blk.init, predicate=pred, attach=attach)
+                 store_indices=tuple(substitute(i, copies) for i in blk.store_indices), value=blk.init, predicate=pred,
+                 attach=attach)
     blocks: list[Block] = []
     for b in func.blocks:
         if b.name == block:

@@ -1,0 +1,235 @@
+"""The carver's public face: ``carve`` ranks a rule's legal configs, ``estimate`` prices one, ``best``
+returns the winner's Schedule.
+
+Why a per-(func, target, rule, symbols) context: the search backend and cost-model features call
+``estimate`` thousands of times on one problem, so the func analysis, the knob space and every tiling
+and figure set already computed are kept (a small LRU of contexts, checked by object identity).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from schedlib.carver.enumerate import EXHAUSTIVE_LIMIT, GROWTH_BUDGET, exhaustive, grow, smallest_legal
+from schedlib.carver.model import evaluate, reason
+from schedlib.carver.problem import Problem, analyze, bind_symbolic
+from schedlib.errors import ScheduleError
+from schedlib.hw import HardwareProfile, resolve
+from schedlib.ir.func import Func
+from schedlib.ir.schedule import Schedule
+from schedlib.rules import find_rule, get_rule
+from schedlib.rules.base import Config, Rule, Space, Tiling
+
+METHODS = ("auto", "exhaustive", "grow")
+_CONTEXTS: OrderedDict[tuple, _Context] = OrderedDict()
+_MAX_CONTEXTS = 32
+_LOCK = threading.Lock()
+_PROFILES: dict[str, HardwareProfile] = {}
+_PROFILE_STAMPS: dict[str, tuple[int, int] | None] = {}
+
+
+class _Context:
+    """Everything about one (func, profile, rule, symbolic values) that does not depend on the config."""
+
+    def __init__(self, func: Func, profile: HardwareProfile, rule: Rule, symbols: dict[str, int]) -> None:
+        self.func, self.profile, self.rule, self.symbols = func, profile, rule, symbols
+        why = rule.applies(func, profile)
+        if why is not None:
+            raise ValueError(f"rule {rule.name} does not apply to {func.name}: {why}")
+        self.space: Space = rule.space(func, profile)
+        self.problems: dict[str, Problem] = {}
+        self.tilings: dict[tuple, Tiling] = {}
+        self.figures: dict[tuple, dict[str, Any]] = {}
+        self.memo: dict[tuple, dict] = {}  # the model's traffic memos, per main block
+
+    def key(self, config: Mapping[str, Any]) -> tuple:
+        return tuple(config[n] for n in self.space.names)
+
+    def tiling(self, config: Config, key: tuple) -> Tiling:
+        t = self.tilings.get(key)
+        if t is None:
+            t = self.rule.tiling(self.func, self.profile, config)
+            if t is None:
+                raise ValueError(f"rule {self.rule.name} does not describe its tiling (Rule.tiling returned "
+                                 f"None), so the carver cannot model it")
+            self.tilings[key] = t
+        return t
+
+    def problem(self, main: str) -> Problem:
+        p = self.problems.get(main)
+        if p is None:
+            p = self.problems[main] = analyze(self.func, main, self.symbols)
+        return p
+
+    def figures_of(self, config: Config) -> dict[str, Any]:
+        """The model's figures for a legal config (cached, without the reason sentence)."""
+        key = self.key(config)
+        f = self.figures.get(key)
+        if f is None:
+            t = self.tiling(config, key)
+            problem = self.problem(t.main_block)
+            memo = self.memo.setdefault(("traffic", problem.main), {})
+            f = self.figures[key] = evaluate(problem, t, self.profile, explain=False, memo=memo)
+        return f
+
+    def row(self, config: Config) -> dict[str, Any]:
+        f = dict(self.figures_of(config))
+        f["reason"] = reason(f, self.profile)
+        knobs = {(n if n not in f and n not in ("rule", "config") else f"knob_{n}"): config[n]
+                 for n in self.space.names}
+        return {"rule": self.rule.name, "config": dict(config), **knobs, **f}
+
+
+def _resolve_rule(func: Func, profile: HardwareProfile, rule: Rule | str | None) -> Rule:
+    if rule is None:
+        return find_rule(func, profile)
+    if isinstance(rule, str):
+        return get_rule(rule)
+    if isinstance(rule, Rule):
+        return rule
+    raise TypeError(f"rule must be None, a rule name or a Rule, got {type(rule).__name__}")
+
+
+def _profile(target: Any) -> HardwareProfile:
+    """``resolve(target)``, remembered per target name: resolving a name scans the profile directories,
+    which would dominate an ``estimate`` call.  A remembered profile is dropped when its file changes."""
+    if isinstance(target, HardwareProfile):
+        return target
+    key = os.fspath(target) if isinstance(target, (str, os.PathLike)) else None
+    if key is None or key.strip().lower() == "auto":
+        return resolve(target)
+    hit = _PROFILES.get(key)
+    if hit is not None and _stamp(hit.origin) == _PROFILE_STAMPS.get(key):
+        return hit
+    profile = resolve(target)
+    _PROFILES[key], _PROFILE_STAMPS[key] = profile, _stamp(profile.origin)
+    return profile
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _context(func: Func, target: Any, rule: Rule | str | None, symbolic_value: Any) -> _Context:
+    profile = _profile(target)
+    symbols = bind_symbolic(func, symbolic_value)
+    rule_key = rule if rule is None or isinstance(rule, str) else id(rule)
+    key = (id(func), id(profile), rule_key, tuple(sorted(symbols.items())))
+    with _LOCK:  # the search may estimate from several threads
+        ctx = _CONTEXTS.get(key)
+        if ctx is not None and ctx.func is func and ctx.profile is profile and (
+                rule is None or isinstance(rule, str) or ctx.rule is rule):
+            _CONTEXTS.move_to_end(key)
+            return ctx
+    ctx = _Context(func, profile, _resolve_rule(func, profile, rule), symbols)
+    with _LOCK:
+        _CONTEXTS[key] = ctx
+        while len(_CONTEXTS) > _MAX_CONTEXTS:
+            _CONTEXTS.popitem(last=False)
+    return ctx
+
+
+def estimate(func: Func, target: Any, config: Mapping[str, Any], *, rule: Rule | str | None = None,
+             symbolic_value: int | Mapping[str, int] | None = None) -> dict[str, Any]:
+    """Every figure of the model for one legal ``config`` (same keys as a :func:`carve` row).
+
+    Raises :class:`ScheduleError` for a config the rule's space rejects.  Repeated calls on the same
+    func and target reuse the analysis, so each new config costs well under a millisecond.
+    """
+    ctx = _context(func, target, rule, symbolic_value)
+    chosen = ctx.space.validate(config)
+    return ctx.row(chosen)
+
+
+def _order(row: Mapping[str, Any]) -> tuple:
+    """Best first: estimated time, then fewer issued instructions, less L2 traffic, fewer registers,
+    then the config itself (a stable tie-break, so equal estimates rank the same way every run)."""
+    return (round(row["est_time_us"], 9), row["instructions"], row["l2_bytes"], row["registers_per_thread"],
+            repr(sorted(row["config"].items())))
+
+
+def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | None = None,
+          symbolic_value: int | Mapping[str, int] | None = None, method: str = "auto") -> pd.DataFrame:
+    """Rank the legal, hardware-aligned configs of the rule's knob space by estimated time, best first.
+
+    ``method``: "exhaustive" models every legal point, "grow" runs the Roller-style best-first growth
+    (for spaces too large to enumerate), "auto" picks by the size of the space.  ``topk=None`` keeps
+    every ranked point.  ``df.attrs`` records the target, rule, symbolic values, method and how many
+    points were evaluated, legal (exhaustive only), launchable and aligned; when a problem admits no
+    aligned point (odd tiny shapes) the unaligned legal points are ranked instead and
+    ``df.attrs["aligned"]`` is False.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if topk is not None and topk < 1:
+        raise ValueError(f"topk must be a positive int or None, got {topk!r}")
+    ctx = _context(func, target, rule, symbolic_value)
+    space = ctx.space
+    use = method if method != "auto" else ("exhaustive" if space.size <= EXHAUSTIVE_LIMIT else "grow")
+    if use == "exhaustive":
+        configs = list(exhaustive(space))
+    else:
+        def score(config: Config) -> float | None:
+            f = ctx.figures_of(config)
+            if f["blocks_per_sm"] == 0:
+                return None
+            return f["est_time_us"] * (1.0 if f["aligned"] else 1.5)  # grow through, never end on, unaligned
+
+        seeds = [c for c in (_default(ctx), smallest_legal(space)) if c is not None]
+        configs = [c for c, _ in grow(space, score, seeds, GROWTH_BUDGET)]
+    launchable = [c for c in configs if ctx.figures_of(c)["blocks_per_sm"] > 0]
+    aligned = [c for c in launchable if ctx.figures_of(c)["aligned"]]
+    ranked = aligned or launchable
+    ranked.sort(key=lambda c: _order({"config": c, **ctx.figures_of(c)}))
+    keep = ranked if topk is None else ranked[:topk]
+    rows = [ctx.row(c) for c in keep]
+    columns = list(rows[0]) if rows else _columns(ctx)
+    df = pd.DataFrame(rows, columns=columns)
+    df.attrs.update({
+        "target": ctx.profile.key, "rule": ctx.rule.name, "func": func.name, "symbolic": dict(ctx.symbols),
+        "method": use, "evaluated": len(configs), "legal": len(configs) if use == "exhaustive" else None,
+        "launchable": len(launchable), "aligned_points": len(aligned),
+        "aligned": bool(aligned) or not launchable,
+    })  # fmt: skip
+    return df
+
+
+def _columns(ctx: _Context) -> list[str]:
+    """Column names of an empty ranking (no legal point), so callers can still index by name."""
+    default = _default(ctx)
+    if default is not None:
+        return list(ctx.row(default))
+    return ["rule", "config", *ctx.space.names, "est_time_us", "pct_of_peak", "reason"]
+
+
+def _default(ctx: _Context) -> Config | None:
+    try:
+        config = ctx.rule.default_config(ctx.func, ctx.profile)
+    except Exception:  # a rule whose expert default fails is still rankable from its space
+        return None
+    return config if ctx.space.is_legal(config) else None
+
+
+def best(func: Func, target: Any, *, rule: Rule | str | None = None,
+         symbolic_value: int | Mapping[str, int] | None = None) -> Schedule:
+    """The Schedule of the top-ranked config, ready for ``sl.build``."""
+    ctx = _context(func, target, rule, symbolic_value)
+    df = carve(func, ctx.profile, topk=1, rule=ctx.rule, symbolic_value=symbolic_value)
+    if df.empty:
+        raise ScheduleError("carver.best", "func", func.name,
+                            f"the {ctx.rule.name} space has no legal point that can launch on {ctx.profile.key}")
+    sch = ctx.rule.apply(func, ctx.profile, df.iloc[0]["config"])
+    if sch is None:  # applies() was checked when the context was built; keep the failure explicit
+        raise ScheduleError("carver.best", "rule", ctx.rule.name, f"declined {func.name} at apply time")
+    return sch
+

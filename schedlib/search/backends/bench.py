@@ -1,0 +1,276 @@
+"""The measuring worker of the ``gpu`` backend: check, then time, one kernel at a time.
+
+The logic (check against the reference, warm up, flush L2 before every timed repetition, percentiles,
+typed failures) is written once against a small device interface, with two devices: :class:`CupyDevice`
+(CUDA events on the GPU) and :class:`EmulatorDevice` (the CPU emulator with a host timer).  Tests drive the
+same logic with a fake device, so this code path is exercised without a GPU.
+
+Everything arrives as JSON (see ``gpu.py``): buffer specs, the reference kernel, the candidate kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from schedlib.ir.dtype import numpy_dtype
+
+INT_SENTINEL = -123456789  # an output element no kernel wrote keeps this (ints) or NaN (floats)
+TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # relative to max|ref| + |ref|; 16-bit floats get 1e-2
+
+
+class DeviceFault(Exception):
+    """A device operation failed; ``status`` is the record's failure type, ``fatal`` means restart."""
+
+    def __init__(self, status: str, message: str, fatal: bool) -> None:
+        super().__init__(message)
+        self.status, self.fatal = status, fatal
+
+
+def kernel_dtype(dtype: str) -> np.dtype:
+    """The element type a kernel sees: bfloat16 travels as its 16-bit pattern."""
+    return np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(numpy_dtype(dtype))
+
+
+def host_input(spec: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+    """Small integers (times 0.5 for floats): exact in every dtype and in fp32 sums of thousands of terms."""
+    shape, dtype = tuple(spec["shape"]), spec["dtype"]
+    ints = rng.integers(-2, 3, size=shape)
+    if dtype == "bfloat16":
+        return ((ints * 0.5).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    want = np.dtype(numpy_dtype(dtype))
+    return (ints * 0.5).astype(want) if want.kind == "f" else ints.astype(want)
+
+
+class CupyDevice:
+    """The GPU through cupy; timings are CUDA events on the current stream."""
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.xp = cupy
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"]
+        self.name = name.decode() if isinstance(name, bytes) else str(name)
+
+    def compile(self, source: str, names: Sequence[str]) -> dict[str, Any]:
+        try:
+            module = self.xp.RawModule(code=source, options=("-std=c++17",))
+            return {n: module.get_function(n) for n in names}
+        except Exception as exc:
+            raise self.fault(exc) from None
+
+    def launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: list[tuple[str, Any]],
+               smem: int) -> None:
+        if smem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = smem
+        fn(tuple(grid), tuple(block), tuple(v if hasattr(v, "shape") else np.int32(v) for _, v in params),
+           shared_mem=smem)
+
+    def sync(self) -> None:
+        self.xp.cuda.get_current_stream().synchronize()
+
+    def flush(self, buffer: Any, value: int) -> None:
+        buffer.fill(value)  # a memset kernel on the same stream, before the start event
+
+    def time_us(self, run: Callable[[], None]) -> float:
+        start, end = self.xp.cuda.Event(), self.xp.cuda.Event()
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        return float(self.xp.cuda.get_elapsed_time(start, end)) * 1000.0
+
+    def fault(self, exc: BaseException) -> DeviceFault:
+        """Classify a cupy/CUDA exception by its error name (cudaErrorIllegalAddress, CUDA_ERROR_...)."""
+        text = f"{type(exc).__name__}: {exc}"
+        norm = re.sub(r"[^A-Z]", "", text.upper())
+        if "COMPILE" in type(exc).__name__.upper() or "COMPILEEXCEPTION" in norm or "NVRTC" in norm:
+            return DeviceFault("compile_error", text, fatal=False)
+        if any(s in norm for s in ("ILLEGALADDRESS", "ILLEGALMEMORY", "MISALIGNED", "ILLEGALINSTRUCTION",
+                                   "HARDWARESTACK", "ASSERT")):
+            return DeviceFault("illegal_address", text, fatal=True)  # sticky: the context is gone
+        if any(s in norm for s in ("OUTOFRESOURCES", "INVALIDVALUE", "INVALIDCONFIGURATION", "TOOMANYRESOURCES")):
+            return DeviceFault("launch_error", text, fatal=False)
+        if "LAUNCHTIMEOUT" in norm:
+            return DeviceFault("timeout", text, fatal=True)
+        return DeviceFault("launch_error", text, fatal=True)
+
+
+class EmulatorDevice:
+    """The CPU emulator (bounds-checked) with a host timer: the pipeline without a GPU."""
+
+    name = "schedlib CPU emulator"
+
+    def __init__(self) -> None:
+        self.xp = np
+
+    def compile(self, source: str, names: Sequence[str]) -> dict[str, Any]:
+        from schedlib.runtime.emulator.build import build_library
+
+        try:
+            build_library(source, names, bounds_check=True)
+        except Exception as exc:
+            raise DeviceFault("compile_error", f"{type(exc).__name__}: {exc}", fatal=False) from None
+        return {n: (source, n) for n in names}
+
+    def launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: list[tuple[str, Any]],
+               smem: int) -> None:
+        from schedlib.runtime.emulator import KernelLaunch, emulate
+
+        source, name = fn
+        launch = KernelLaunch(name, tuple(grid), tuple(block), tuple(n for n, _ in params), smem)
+        emulate(source, [launch], dict(params), bounds_check=True)
+
+    def sync(self) -> None:
+        return None
+
+    def flush(self, buffer: Any, value: int) -> None:
+        buffer.fill(value)
+
+    def time_us(self, run: Callable[[], None]) -> float:
+        start = time.perf_counter()
+        run()
+        return (time.perf_counter() - start) * 1e6
+
+    def fault(self, exc: BaseException) -> DeviceFault:
+        text = f"{type(exc).__name__}: {exc}"
+        if "out of bounds" in text:
+            return DeviceFault("illegal_address", text, fatal=False)
+        return DeviceFault("launch_error", text, fatal=False)
+
+
+DEVICES: dict[str, Callable[[], Any]] = {"cuda": CupyDevice, "emulator": EmulatorDevice}
+
+
+class KernelBench:
+    """Worker handler: holds inputs, the reference output and the L2-flush buffer for one workload."""
+
+    def __init__(self, init: dict[str, Any], device: Any = None) -> None:
+        self.dev = device if device is not None else DEVICES[init["device"]]()
+        xp = self.dev.xp
+        rng = np.random.default_rng(int(init.get("seed", 0)))
+        self.inputs = {s["name"]: xp.asarray(host_input(s, rng)) for s in init["inputs"]}
+        self.outputs = init["outputs"]
+        self.timing = {k: float(init[k]) for k in ("warmup_ms", "target_ms", "min_repeats", "max_repeats")}
+        self.flush_buffer = xp.zeros(int(init["flush_bytes"]), dtype=np.uint8)
+        self.reference = self._run_once(init["reference"], what="reference kernel")
+        self.info = {"device": self.dev.name}
+
+    # one run -----------------------------------------------------------------------------------
+    def _fresh_outputs(self) -> dict[str, Any]:
+        xp, out = self.dev.xp, {}
+        for spec in self.outputs:
+            dtype = kernel_dtype(spec["dtype"])
+            fill = INT_SENTINEL if dtype.kind == "i" else 0xFFFF if dtype == np.uint16 else math.nan
+            out[spec["name"]] = xp.full(tuple(spec["shape"]), fill, dtype=dtype)
+        return out
+
+    def _prepare(self, kernel: dict[str, Any]) -> tuple[dict[str, Any], Callable[[], None], dict[str, Any]]:
+        try:
+            fns = self.dev.compile(kernel["source"], [ln["name"] for ln in kernel["launches"]])
+        except Exception as exc:
+            raise self._fault(exc) from None
+        xp = self.dev.xp
+        outputs = self._fresh_outputs()
+        args: dict[str, Any] = {**self.inputs, **outputs}
+        for spec in kernel.get("scratch", []):
+            args[spec["name"]] = xp.zeros(tuple(spec["shape"]), dtype=kernel_dtype(spec["dtype"]))
+
+        def run() -> None:
+            for ln in kernel["launches"]:
+                params = [(p, args[p]) for p in ln["params"]]
+                self.dev.launch(fns[ln["name"]], ln["grid"], ln["block"], params, int(ln["smem"]))
+
+        return fns, run, outputs
+
+    def _run_once(self, kernel: dict[str, Any], what: str) -> dict[str, Any]:
+        _, run, outputs = self._prepare(kernel)
+        try:
+            run()
+            self.dev.sync()
+        except Exception as exc:
+            fault = self._fault(exc)
+            raise DeviceFault(fault.status, f"{what}: {fault}", fault.fatal) from None
+        return outputs
+
+    # checking ----------------------------------------------------------------------------------
+    def _as_float(self, arr: Any, dtype: str) -> Any:
+        xp = self.dev.xp
+        if dtype == "bfloat16":
+            return (arr.astype(xp.uint32) << 16).view(xp.float32).astype(xp.float64)
+        return arr.astype(xp.float64)
+
+    def check(self, outputs: dict[str, Any]) -> tuple[bool, float, str]:
+        """(all outputs match the reference, worst error as a multiple of the tolerance, what differs)."""
+        xp, worst = self.dev.xp, 0.0
+        for spec in self.outputs:
+            name, dtype = spec["name"], spec["dtype"]
+            got, ref = self._as_float(outputs[name], dtype), self._as_float(self.reference[name], dtype)
+            if ref.size == 0:
+                continue
+            unwritten = int(xp.count_nonzero(xp.isnan(got) & ~xp.isnan(ref)))
+            if unwritten:
+                return False, math.inf, f"output {name}: {unwritten} elements are NaN (never written?)"
+            diff = xp.abs(got - ref)
+            if kernel_dtype(dtype).kind in "iu" and dtype != "bfloat16":
+                wrong = int(xp.count_nonzero(diff))
+                if wrong:
+                    return False, math.inf, f"output {name}: {wrong} elements differ from the reference"
+                continue
+            tol = TOLERANCE.get(dtype, 1e-2)
+            scale = max(1.0, float(xp.max(xp.abs(ref))))
+            err = float(xp.max(diff / (tol * scale + tol * xp.abs(ref))))
+            if not err <= 1.0:
+                return False, err, (f"output {name}: max abs error {float(xp.max(diff)):.3g} exceeds the "
+                                    f"tolerance {tol:g} x (max|ref| {scale:.3g} + |ref|)")
+            worst = max(worst, err)
+        return True, worst, ""
+
+    # timing ------------------------------------------------------------------------------------
+    def time_kernel(self, run: Callable[[], None], factor: float = 1.0) -> list[float]:
+        """Warm up for ``warmup_ms``, then time repetitions, each after flushing L2."""
+        t = self.timing
+        spent, runs = 0.0, 0
+        while runs < 3 or spent < t["warmup_ms"] * 1000:
+            spent += self.dev.time_us(run)
+            runs += 1
+            if runs >= 1000:
+                break
+        per_run = max(spent / runs, 1e-3)
+        n = int(min(max(t["target_ms"] * 1000 / per_run, t["min_repeats"]), t["max_repeats"]) * factor)
+        times = []
+        for i in range(max(n, 1)):
+            self.dev.flush(self.flush_buffer, i & 0xFF)  # write 2x L2: every repetition starts with a cold L2
+            times.append(self.dev.time_us(run))
+        return times
+
+    def _fault(self, exc: Exception) -> DeviceFault:
+        return exc if isinstance(exc, DeviceFault) else self.dev.fault(exc)
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("op") != "measure":
+            return {"status": "error", "error_type": "ProtocolError", "error": f"unknown op {request.get('op')!r}"}
+        try:
+            _, run, outputs = self._prepare(request)
+            try:
+                run()
+                self.dev.sync()
+            except Exception as exc:
+                raise self._fault(exc) from None
+            ok, err, message = self.check(outputs)
+            if not ok:
+                return {"status": "wrong_result", "error_type": "WrongResult", "error": message}
+            try:
+                times = self.time_kernel(run, float(request.get("repeat_factor", 1)))
+            except Exception as exc:
+                raise self._fault(exc) from None
+        except DeviceFault as fault:
+            return {"status": fault.status, "error_type": fault.status, "error": str(fault)[:4000],
+                    "restart": fault.fatal}
+        return {"status": "ok", "times_us": times, "figures": {"max_rel_error": err}}

@@ -1,0 +1,166 @@
+"""The ``replay`` backend: look measurements up in a recording (Kernel Tuner's simulation mode).
+
+Why: comparing strategies or tuning the cost model needs many full search runs; on a recorded space each
+"measurement" is a dictionary lookup, so a run takes seconds and needs no GPU, and every strategy sees the
+very same times.  A recording is JSON or CSV and is only ever parsed as data.
+
+JSON: ``{"format": "schedlib-replay", "workload_hash": ..., "signature": ..., "device": ..., "origin": ...,
+"records": [{"config": {...}, "time_us": 12.5, "status": "ok"}, ...]}`` (or just the list of records).
+CSV: one column per knob plus ``time_us`` (or ``time``) and optionally ``status``.  A recording that names
+its workload refuses to replay for a different one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from schedlib.cache import content_hash
+from schedlib.errors import SchedlibError
+from schedlib.ir.func import Func
+from schedlib.ir.schedule import Schedule
+from schedlib.rules.base import Config, Rule
+from schedlib.search.backends import Backend
+from schedlib.search.database import signature, workload_hash
+from schedlib.search.records import MEASURED_FAILURES, OK, Measurement, config_key, plain_config
+
+FORMAT = "schedlib-replay"
+
+
+def _number(value: Any) -> float:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return math.inf
+    out = float(value)
+    return out if math.isfinite(out) and out > 0 else math.inf
+
+
+def _normalize(records: Sequence[Mapping[str, Any]], where: str) -> list[dict[str, Any]]:
+    out = []
+    for i, rec in enumerate(records):
+        if not isinstance(rec, Mapping) or not isinstance(rec.get("config"), Mapping):
+            raise SchedlibError(f"replay recording {where}: record {i} has no 'config' object")
+        t = _number(rec.get("time_us", rec.get("time")))
+        status = rec.get("status") or (OK if math.isfinite(t) else "error")
+        if status == OK and not math.isfinite(t):
+            raise SchedlibError(f"replay recording {where}: record {i} is ok but has no positive time")
+        out.append({"config": plain_config(rec["config"]), "time_us": t, "status": status,
+                    "p20_us": _number(rec.get("p20_us", t)), "p80_us": _number(rec.get("p80_us", t))})
+    return out
+
+
+def read_recording(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Parse a JSON or CSV recording into ``{"meta": {...}, "records": [...]}`` (never unpickles)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SchedlibError(f"replay recording {path} does not exist")
+    if path.suffix.lower() == ".csv":
+        frame = pd.read_csv(path)
+        time_col = "time_us" if "time_us" in frame else "time" if "time" in frame else None
+        if time_col is None:
+            raise SchedlibError(f"replay recording {path}: CSV needs a time_us (or time) column")
+        knobs = [c for c in frame.columns if c not in ("time_us", "time", "status", "p20_us", "p80_us")]
+        records = [{"config": {k: row[k] for k in knobs}, "time_us": row[time_col],
+                    "status": row.get("status") if isinstance(row.get("status"), str) else None}
+                   for row in frame.to_dict("records")]
+        return {"meta": {}, "records": _normalize(records, str(path))}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SchedlibError(f"replay recording {path} is not valid JSON ({exc})") from None
+    if isinstance(data, list):
+        return {"meta": {}, "records": _normalize(data, str(path))}
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+        raise SchedlibError(f"replay recording {path}: expected a list of records or an object with 'records'")
+    meta = {k: v for k, v in data.items() if k != "records"}
+    return {"meta": meta, "records": _normalize(data["records"], str(path))}
+
+
+def write_recording(path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]], *,
+                    func: Func | None = None, device: str | None = None, origin: str = "") -> Path:
+    """Save ``[{"config", "time_us", "status"}, ...]`` as a JSON recording tied to ``func`` (when given)."""
+    path = Path(path)
+    meta: dict[str, Any] = {"format": FORMAT, "origin": origin}
+    if func is not None:
+        meta.update(workload_hash=workload_hash(func), signature=signature(func))
+    if device is not None:
+        meta["device"] = device
+    rows = []
+    for i, r in enumerate(records):
+        t = _number(r.get("time_us"))
+        status = r.get("status") or (OK if math.isfinite(t) else "error")
+        if status == OK and not math.isfinite(t):
+            raise ValueError(f"write_recording: record {i} is ok but has no finite positive time_us")
+        rows.append({"config": plain_config(r["config"]), "time_us": t if math.isfinite(t) else None,
+                     "status": status})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**meta, "records": rows}, indent=None, separators=(",", ":")))
+    return path
+
+
+class ReplayBackend(Backend):
+    """Answers each config with its recorded time; a config the recording lacks is a ``not_recorded`` failure.
+
+    ``source`` is a path, or records in memory (``[{"config", "time_us"}]`` or a frame with those columns);
+    ``delay_s`` sleeps per measurement to simulate measuring time (for kill/resume and concurrency tests).
+    """
+
+    name = "replay"
+
+    def __init__(self, source: str | os.PathLike[str] | Sequence[Mapping[str, Any]] | pd.DataFrame, *,
+                 delay_s: float = 0.0) -> None:
+        if isinstance(source, (str, os.PathLike)):
+            loaded = read_recording(source)
+            self.where = str(source)
+        else:
+            rows = source.to_dict("records") if isinstance(source, pd.DataFrame) else list(source)
+            loaded = {"meta": {}, "records": _normalize(rows, "<in memory>")}
+            self.where = "<in memory>"
+        self.meta: dict[str, Any] = loaded["meta"]
+        self.table = {config_key(r["config"]): r for r in loaded["records"]}
+        self.delay_s = delay_s
+        digest = content_hash(*sorted(f"{k}={r['time_us']}:{r['status']}" for k, r in self.table.items()))
+        self._key = f"replay-{digest[:12]}"
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def best(self) -> tuple[Config, float]:
+        """The recording's fastest ok config and its time (the known optimum of the recorded space)."""
+        ok = [r for r in self.table.values() if r["status"] == OK]
+        if not ok:
+            raise SchedlibError(f"replay recording {self.where} has no successful record")
+        best = min(ok, key=lambda r: r["time_us"])
+        return dict(best["config"]), float(best["time_us"])
+
+    def open(self, func: Func, target: Any, rule: Rule) -> None:
+        recorded = self.meta.get("workload_hash")
+        if recorded is not None and recorded != workload_hash(func):
+            raise SchedlibError(f"replay recording {self.where} was made for "
+                                f"{self.meta.get('signature', recorded)}, not for {signature(func)}")
+        names = set(rule.space(func, target).names)
+        some = next(iter(self.table.values()), None)
+        if some is not None and set(some["config"]) != names:
+            raise SchedlibError(f"replay recording {self.where} has knobs {sorted(some['config'])}; the "
+                                f"{rule.name} space has {sorted(names)}")
+
+    def measure(self, config: Config, schedule: Schedule | None) -> Measurement:
+        start = time.perf_counter()
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
+        rec = self.table.get(config_key(config))
+        wall = time.perf_counter() - start
+        if rec is None:
+            return Measurement.failure("not_recorded", None, f"{self.where} has no record of {config}", wall)
+        if rec["status"] != OK:
+            status = rec["status"] if rec["status"] in MEASURED_FAILURES else "error"
+            return Measurement.failure(status, None, f"recorded as {rec['status']}", wall)
+        return Measurement(OK, rec["time_us"], rec["p20_us"], rec["p80_us"], wall_s=wall)

@@ -1,0 +1,164 @@
+"""What one trial produced, and the flat tables (records, convergence history) built from a study.
+
+Every trial ends in exactly one *status*.  ``ok`` is a measured time; the measured failures (compile error,
+launch failure, illegal address, wrong result, timeout, crash, ...) are measurements too - a config that
+crashed is never re-measured.  The bookkeeping statuses (``cached``, ``duplicate``, ``interrupted``) mark
+trials that measured nothing new; they are kept in the study so that samplers stay consistent, but they are
+not records: ``records`` holds one row per distinct config that was measured or rejected as illegal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+OK = "ok"
+ILLEGAL = "illegal"  # not a point of the space: rejected before any measurement
+CACHED = "cached"  # proposed again; answered from the recorded value without measuring
+DUPLICATE = "duplicate"  # another worker claimed the same config first
+INTERRUPTED = "interrupted"  # the tuning process died while measuring; the config may be measured again
+MEASURED_FAILURES = frozenset({
+    "schedule_error",  # the rule could not build the schedule
+    "build_error",  # code generation failed
+    "compile_error",  # nvcc/NVRTC (or the emulator's g++) rejected the source
+    "launch_error",  # the launch itself failed (too many resources, bad configuration)
+    "illegal_address",  # the kernel faulted
+    "wrong_result",  # ran, but the output differs from the reference
+    "timeout",  # did not finish within timeout_per_trial
+    "crash",  # the measuring worker process died (segfault, abort)
+    "error",  # the backend raised something else
+    "not_recorded",  # replay: the recording has no time for this config
+})
+COUNTED = frozenset({OK, *MEASURED_FAILURES})  # statuses that use up the trial budget
+RECORDS = COUNTED | {ILLEGAL}
+
+SCALAR_COLUMNS = ("trial", "number", "status", "time_us", "p20_us", "p80_us", "error_type", "error", "source",
+                  "wall_s", "overhead_s", "backend", "worker", "config_key")
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """Canonical text of a config: the identity used to deduplicate records across sessions and workers."""
+    return json.dumps(dict(config), sort_keys=True, separators=(",", ":"), default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"config value {value!r} of type {type(value).__name__} is not JSON-able")
+
+
+def plain_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Numpy scalars -> Python scalars, so a config survives JSON and Optuna user attributes unchanged."""
+    return {str(k): (v.item() if isinstance(v, np.generic) else v) for k, v in config.items()}
+
+
+@dataclass
+class Measurement:
+    """The outcome of measuring one config.  Failures carry ``time_us = inf`` and say what went wrong."""
+
+    status: str
+    time_us: float = math.inf
+    p20_us: float = math.inf
+    p80_us: float = math.inf
+    error_type: str | None = None
+    error: str | None = None
+    wall_s: float = 0.0
+    figures: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status != OK:
+            self.time_us = self.p20_us = self.p80_us = math.inf
+        elif not (math.isfinite(self.time_us) and self.time_us > 0):
+            raise ValueError(f"an ok measurement needs a finite positive time, got {self.time_us!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @classmethod
+    def failure(cls, status: str, error_type: str | None, error: str, wall_s: float = 0.0) -> Measurement:
+        if status not in MEASURED_FAILURES and status != ILLEGAL:
+            raise ValueError(f"unknown failure status {status!r}; expected one of {sorted(MEASURED_FAILURES)}")
+        return cls(status, error_type=error_type, error=error[:2000], wall_s=wall_s)
+
+    @classmethod
+    def from_times(cls, times_us: Sequence[float], wall_s: float = 0.0, **figures: float) -> Measurement:
+        """Median and the 20th/80th percentiles of repeated timings."""
+        arr = np.asarray(times_us, dtype=float)
+        if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+            raise ValueError(f"timings must be finite and positive, got {list(times_us)[:8]}")
+        p20, med, p80 = np.percentile(arr, [20, 50, 80])
+        return cls(OK, float(med), float(p20), float(p80), wall_s=wall_s,
+                   figures={"repeats": float(arr.size), **figures})
+
+    def user_attrs(self) -> dict[str, Any]:
+        """The JSON-able attributes stored on the Optuna trial (inf is stored as None)."""
+        def num(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+        return {"status": self.status, "time_us": num(self.time_us), "p20_us": num(self.p20_us),
+                "p80_us": num(self.p80_us), "error_type": self.error_type, "error": self.error,
+                "wall_s": round(self.wall_s, 6),
+                "figures": {k: float(v) for k, v in self.figures.items() if isinstance(v, (int, float))}}
+
+
+def _num(value: Any) -> float:
+    return math.inf if value is None else float(value)
+
+
+def trial_rows(trials: Iterable[Any], knob_names: Sequence[str]) -> list[dict[str, Any]]:
+    """One flat dict per Optuna trial that carries our attributes (others - e.g. waiting ones - are skipped)."""
+    rows = []
+    for t in trials:
+        attrs = t.user_attrs.get("sl") or {}
+        if "config" not in attrs or "status" not in attrs:
+            continue
+        row: dict[str, Any] = {"number": t.number}
+        config = attrs["config"]
+        for name in knob_names:
+            row[name] = config.get(name)
+        for col in ("status", "error_type", "error", "source", "backend", "worker", "config_key"):
+            row[col] = attrs.get(col)
+        for col in ("time_us", "p20_us", "p80_us"):
+            row[col] = _num(attrs.get(col))
+        row["wall_s"] = float(attrs.get("wall_s") or 0.0)
+        row["overhead_s"] = float(attrs.get("overhead_s") or 0.0)
+        row["config"] = config
+        rows.append(row)
+    return rows
+
+
+def records_frame(trials: Iterable[Any], knob_names: Sequence[str]) -> pd.DataFrame:
+    """One row per distinct config that was measured (ok or a measured failure) or rejected as illegal,
+    in trial order; ``trial`` numbers the budget-counting rows 1, 2, ... (illegal rows get NaN)."""
+    rows, seen = [], set()
+    for row in sorted(trial_rows(trials, knob_names), key=lambda r: r["number"]):
+        if row["status"] not in RECORDS or row["config_key"] in seen:
+            continue
+        seen.add(row["config_key"])
+        rows.append(row)
+    columns = [*SCALAR_COLUMNS[:1], *knob_names, *SCALAR_COLUMNS[1:], "config"]
+    frame = pd.DataFrame(rows, columns=[c for c in columns if c != "trial"])
+    counted = frame["status"].isin(COUNTED)
+    frame.insert(0, "trial", pd.array(np.where(counted, counted.cumsum(), 0), dtype="Int64"))
+    frame.loc[~counted, "trial"] = pd.NA
+    return frame.reset_index(drop=True)
+
+
+def history_series(records: pd.DataFrame) -> pd.Series:
+    """Convergence: budget-counting trial index (1-based) -> best time so far (inf until the first ok)."""
+    counted = records[records["status"].isin(COUNTED)]
+    best = counted["time_us"].astype(float).cummin()
+    return pd.Series(best.to_numpy(), index=pd.Index(counted["trial"].astype(int).to_numpy(), name="trial"),
+                     name="best_us")
+
+
+def trials_to_reach(history: pd.Series, target_us: float) -> int | None:
+    """The first trial index whose best-so-far is at most ``target_us`` (None: never)."""
+    hit = history[history <= target_us]
+    return None if hit.empty else int(hit.index[0])

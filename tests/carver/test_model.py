@@ -1,0 +1,231 @@
+"""The cost model: footprints and traffic worked out by hand, the func analysis, and invariants that any
+config on any profile must satisfy."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+
+import pytest
+from carver_fakes import TensorCoreMatmul
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import schedlib as sl
+import schedlib.carver
+from schedlib.carver import analyze, occupancy
+from schedlib.carver.problem import Access, Dim, Term
+from schedlib.carver.traffic import access_traffic, contiguous_run, geometry, sectors_per_run, wave_tile
+from schedlib.hw import list as profile_keys
+from schedlib.hw import load
+from schedlib.rules import get_rule
+from schedlib.rules.base import Tiling
+
+MATMUL = get_rule("matmul")
+
+
+def _config(bm: int, bn: int, bk: int, tm: int, tn: int, vector: int) -> dict:
+    return {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn, "vector": vector,
+            "split_k": 1, "stages": 1, "tensor_core": False}
+
+
+# ---- sectors and contiguous runs ---------------------------------------------------------------------
+
+
+def test_sectors_per_run_by_hand() -> None:
+    assert sectors_per_run(32, 32, 32) == 1.0  # aligned whole sector
+    assert sectors_per_run(16, 16, 32) == 1.0  # half a sector, never straddles
+    # 24-byte runs at multiples of 24: start offsets 0, 24, 16, 8 -> 1, 2, 2, 1 sectors.
+    assert sectors_per_run(24, 24, 32) == 1.5
+    # 64-byte runs at multiples of 8: offsets 0, 8, 16, 24 -> 2, 3, 3, 3 sectors.
+    assert sectors_per_run(64, 8, 32) == 2.75
+
+
+def _access(rows: int, cols: int, nbytes: int = 4) -> Access:
+    return Access("X", nbytes, (Dim((Term("i", rows),), rows), Dim((Term("j", cols),), cols)), False)
+
+
+def test_contiguous_run_and_sector_rounding_of_a_tile() -> None:
+    x = _access(100, 30)
+    # A 10 x 6 fp32 tile: 24-byte row segments; starts are multiples of gcd(24, 120-byte rows) -> 8 bytes
+    # mod 32, so on average 1.5 sectors (48 bytes) move per 24 useful bytes.
+    assert contiguous_run(x, {"i": 10, "j": 6}) == (6, 24)
+    geo = geometry_for({"i": 100, "j": 30}, {"i": 10, "j": 6})
+    t = access_traffic(x, geo, wave_tile(geo, {"i": 1, "j": 1}), 32)
+    assert t.factor == pytest.approx(2.0)
+    assert t.block_bytes == pytest.approx(10 * 6 * 4 * 2.0)
+    # 10 x 5 blocks, each 60 elements: the whole 3000-element buffer once, doubled by rounding.
+    assert t.total_bytes == pytest.approx(100 * 30 * 4 * 2.0)
+    # A tile spanning whole rows merges them: 10 rows x 120 B = 1200 B at multiples of 1200 (16 mod 32):
+    # 38 sectors either way, 1216 bytes per 1200.
+    assert contiguous_run(x, {"i": 10, "j": 30}) == (300, 1200)
+    geo = geometry_for({"i": 100, "j": 30}, {"i": 10, "j": 30})
+    t = access_traffic(x, geo, wave_tile(geo, {"i": 1, "j": 1}), 32)
+    assert t.factor == pytest.approx(1216 / 1200)
+
+
+def geometry_for(extents: dict[str, int], tile: dict[str, int]) -> schedlib.carver.traffic.Geometry:
+    """Geometry of a 2-d spatial problem, built through the real code path from a bare Tiling."""
+    problem = dataclasses.replace(
+        analyze(sl.workloads.elementwise((extents["i"], extents["j"]), ("relu",)), "E0", {}),
+        axes=("i", "j"), kinds={"i": "S", "j": "S"}, extents=extents)
+    tiling = Tiling("E0", tile, {}, {}, 32, 0, 32)
+    return geometry(problem, tiling)
+
+
+# ---- whole-model known answers ----------------------------------------------------------------------
+
+
+def test_matmul_footprints_and_traffic_by_hand() -> None:
+    f = sl.workloads.matmul(256, 256, 256)
+    e = sl.carver.estimate(f, "h100", _config(64, 64, 16, 4, 4, 4))
+    assert e["grid_blocks"] == 16 and e["threads_per_block"] == 256
+    # Per block: A 64x256, B 256x64, C 64x64 fp32 tiles.
+    assert e["global_bytes_per_block"] == (64 * 256 + 256 * 64 + 64 * 64) * 4
+    # A is re-read by the 4 block columns, B by the 4 block rows, C written once.
+    assert e["l2_bytes"] == 4 * 256 * 256 * 4 * 2 + 256 * 256 * 4
+    assert e["transactions"] == e["l2_bytes"] / 32
+    assert e["compulsory_bytes"] == 3 * 256 * 256 * 4
+    assert e["dram_bytes"] == e["compulsory_bytes"]  # 3 x 256 KiB fits any L2
+    assert e["smem_bytes_per_block"] == (64 + 64) * 16 * 4
+    assert e["reg_bytes_per_block"] == 256 * (16 + 8 + 40) * 4
+    assert e["flops"] == 2 * 256**3
+    assert e["staged_in_shared"] == "A,B"
+    # Shared/L1 port per block: each thread reads 4 A and 4 B values per k (4-byte slots) for all 256
+    # k, the copies write both 64 KiB tiles, and the C tile is stored once.
+    per_block = 256 * (4 + 4) * 256 * 4 + 2 * 64 * 256 * 4 + 64 * 64 * 4
+    assert e["shared_bytes"] == 16 * per_block
+    assert e["arithmetic_intensity"] == pytest.approx(2 * 256**3 / (3 * 256 * 256 * 4))
+    occ = occupancy(load("h100"), 256, 64, (64 + 64) * 16 * 4)
+    assert e["blocks_per_sm"] == occ.blocks_per_sm and e["occupancy_limiter"] == occ.limiter
+
+
+def test_wave_working_set_and_l2_overflow_by_hand() -> None:
+    f = sl.workloads.matmul(4096, 4096, 4096, "float16")
+    e = sl.carver.estimate(f, "h100", _config(128, 128, 16, 8, 8, 4))
+    # 120 registers -> 3840 per warp -> 4 warps per sub-partition -> 16 warps -> 2 blocks of 8 warps.
+    assert e["blocks_per_sm"] == 2
+    assert e["grid_blocks"] == 32 * 32
+    assert e["waves"] == pytest.approx(1024 / 264) and e["wave_efficiency"] == pytest.approx(1024 / 264 / 4)
+    # One wave = 264 consecutive blocks with blockIdx.x over the 32 block columns: all 32 columns of B
+    # (the whole 32 MiB) and 9 block rows of A (9 x 128 x 4096 fp16).  The output streams, not counted.
+    wave = 9 * 128 * 4096 * 2 + 4096 * 4096 * 2
+    assert e["wave_working_set_bytes"] == wave
+    # The wave set exceeds 75% of the 50 MiB L2 by a fraction f of itself; that fraction of the
+    # re-reads (A read by 32 block columns, B by 32 block rows, minus the first reads) goes to DRAM.
+    over = 1 - 0.75 * 52428800 / wave
+    rereads = 2 * (32 - 1) * 4096 * 4096 * 2
+    compulsory = 3 * 4096 * 4096 * 2
+    assert e["dram_bytes"] == pytest.approx(compulsory + over * rereads)
+    assert e["l2_bytes"] == 2 * 32 * 4096 * 4096 * 2 + 4096 * 4096 * 2
+
+
+def test_unaligned_step_is_flagged() -> None:
+    f = sl.workloads.matmul(1024, 1024, 1024, "float16")
+    e = sl.carver.estimate(f, "h100", _config(64, 64, 8, 4, 4, 2))
+    assert not e["aligned"] and "A" in e["alignment"] and "32-byte" in e["alignment"]
+    # With A stored K x M the step's rows run along m (64 halves = 128 B), B's along n: aligned.
+    ft = sl.workloads.matmul(1024, 1024, 1024, "float16", trans_a=True)
+    e = sl.carver.estimate(ft, "h100", _config(64, 64, 8, 4, 4, 2))
+    assert e["aligned"], e["alignment"]
+    # ... but B stored N x K is read along k again, 8 halves per step.
+    ftb = sl.workloads.matmul(1024, 1024, 1024, "float16", trans_a=True, trans_b=True)
+    assert "B" in sl.carver.estimate(ftb, "h100", _config(64, 64, 8, 4, 4, 2))["alignment"]
+
+
+# ---- func analysis ------------------------------------------------------------------------------------
+
+
+def _loads(func: sl.Func, main: str) -> dict[str, tuple[tuple[str | None, ...], ...]]:
+    p = analyze(func, main, {})
+    return {a.buffer: tuple(tuple(t.axis for t in d.terms) for d in a.dims) for a in p.loads}
+
+
+def test_epilogue_axes_follow_the_data_flow() -> None:
+    f = sl.workloads.matmul(64, 48, 40, epilogue="bias_relu")
+    assert _loads(f, "C") == {"A": (("i",), ("k",)), "B": (("k",), ("j",)), "bias": (("j",),)}
+    p = analyze(f, "C", {})
+    assert [(s.buffer, tuple(d.terms[0].axis for d in s.dims)) for s in p.stores] == [("D", ("i", "j"))]
+    main = next(w for w in p.work if w.main)
+    assert (main.flops, main.instructions) == (2, 1)  # a multiply-add is one FMA
+    # Batched with a transposed A: the batch axis indexes everything, A's rows are k.
+    fb = sl.workloads.matmul(64, 48, 40, batch=3, trans_a=True)
+    assert _loads(fb, "C")["A"] == (("b",), ("k",), ("i",))
+
+
+def test_multi_stage_funcs_read_each_input_once() -> None:
+    # softmax reads X in T_max (as X[i, k]) and T_exp (as X[i, j]): one access, on the main axes i, j.
+    assert _loads(sl.workloads.softmax(64, 100), "Y") == {"X": (("i",), ("j",))}
+    assert _loads(sl.workloads.layernorm(64, 100), "Y") == {"X": (("i",), ("j",)), "gamma": (("j",),),
+                                                            "beta": (("j",),)}
+    assert _loads(sl.workloads.gemv(48, 40), "C") == {"X": (("b",), ("k",)), "W": (("n",), ("k",))}
+
+
+def test_symbols_are_bound_for_the_ranking() -> None:
+    M = sl.var("M")
+    f = sl.workloads.matmul(M, 256, 128)
+    p = analyze(f, "C", {"M": 1000})
+    assert p.extents == {"i": 1000, "j": 256, "k": 128} and p.symbolic_axes == {"i"}
+    assert p.symbolic_label() == "M=1000"
+
+
+# ---- invariants over random configs, shapes and profiles -------------------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    m=st.integers(9, 5000), n=st.integers(9, 5000), k=st.integers(1, 5000),
+    dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
+    profile=st.sampled_from(profile_keys()), seed=st.integers(0, 2**31),
+)  # fmt: skip
+def test_model_invariants(m: int, n: int, k: int, dtype: str, profile: str, seed: int) -> None:
+    f = sl.workloads.matmul(m, n, k, dtype)
+    p = load(profile)
+    config = MATMUL.space(f, p).sample(random.Random(seed))
+    e = sl.carver.estimate(f, p, config)
+    if e["blocks_per_sm"] == 0:
+        assert math.isnan(e["est_time_us"]) and e["reason"].startswith("cannot launch")
+        return
+    # The time is never below any roofline term at full machine rates, so pct_of_peak <= 100.
+    for term in ("t_compute_us", "t_dram_us", "t_l2_us", "t_shared_us"):
+        assert e["est_time_us"] >= e[term] * (1 - 1e-9)
+    assert 0 < e["pct_of_peak"] <= 100 + 1e-6
+    assert e["compulsory_bytes"] <= e["dram_bytes"] <= max(e["l2_bytes"], e["compulsory_bytes"]) * (1 + 1e-12)
+    assert e["l2_bytes"] >= e["compulsory_bytes"] * (1 - 1e-12)
+    assert 0 < e["sector_efficiency"] <= 1 + 1e-12
+    tile = e["block_tile"]
+    assert e["grid_blocks"] == math.ceil(m / tile["i"]) * math.ceil(n / tile["j"])
+    assert 0 < e["wave_efficiency"] <= 1
+    assert e["bound"] in ("compute", "dram", "l2", "shared", "latency")
+    assert e["reason"] and e["symbolic"] == ""
+
+
+def test_faster_memory_never_slows_an_estimate() -> None:
+    f = sl.workloads.matmul(2048, 2048, 512, "float16")
+    h100 = load("h100")
+    fast = dataclasses.replace(h100, bandwidth_gbs=dataclasses.replace(h100.bandwidth_gbs, dram=2 * 3350.0))
+    space = MATMUL.space(f, h100)
+    for config in list(space.enumerate())[::37]:
+        slow_t = sl.carver.estimate(f, h100, config)["est_time_us"]
+        fast_t = sl.carver.estimate(f, fast, config)["est_time_us"]
+        assert fast_t <= slow_t * (1 + 1e-12)
+
+
+def test_tensor_core_peak_and_mma_alignment() -> None:
+    rule = TensorCoreMatmul()
+    f = sl.workloads.matmul(4096, 4096, 4096, "float16")
+    config = dict(_config(128, 128, 16, 8, 8, 4), tensor_core=True)
+    e = sl.carver.estimate(f, "h100", config, rule=rule)
+    assert e["compute_unit"] == "tensor core float16" and e["peak_flops"] == 989.4e12
+    # The product on tensor cores, the fp16 output cast (one instruction per element) on the FP32 lanes.
+    assert e["t_compute_us"] == pytest.approx((2 * 4096**3 / 989.4e12 + 2 * 4096**2 / 66.9e12) * 1e6)
+    assert e["aligned"], e["alignment"]
+    # A k-step of 8 is half an m16n8k16 instruction (the trans_a layout keeps the sector rule out of it).
+    ft = sl.workloads.matmul(4096, 4096, 4096, "float16", trans_a=True)
+    e8 = sl.carver.estimate(ft, "h100", dict(_config(64, 64, 8, 4, 4, 2), tensor_core=True), rule=rule)
+    assert "MMA k=16" in e8["alignment"]
+    # V100 has fp16 tensor cores but none for bf16: the model falls back to SIMT and says so.
+    fb = sl.workloads.matmul(1024, 1024, 1024, "bfloat16")
+    eb = sl.carver.estimate(fb, "v100", dict(_config(64, 64, 16, 4, 4, 2), tensor_core=True), rule=rule)
+    assert "no bfloat16 tensor cores" in eb["compute_unit"]

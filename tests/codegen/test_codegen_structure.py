@@ -1,0 +1,446 @@
+"""The shape of generated CUDA: barriers, warp shuffles, launch geometry, parameters, dynamic shared memory,
+multi-kernel modules; plus pinned bugs (``xfail(strict=True)``) found while writing these tests."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from cg_schedules import CASE_BY_NAME, CASES, Case, reduce_through_shared, schedule_matmul, schedule_reduce_rows
+from cg_support import code_lines, enclosed, events, kernel_bodies, random_inputs, signature
+
+import schedlib as sl
+from schedlib import rules
+from schedlib.codegen import generate
+from schedlib.ir.expr import as_int
+from schedlib.ir.reference import evaluate_int
+
+STATIC_LIMIT = 48 * 1024
+
+
+def only_body(k: sl.Kernel) -> str:
+    (body,) = kernel_bodies(k.source).values()
+    return body
+
+
+def case_kernel(name: str) -> tuple[Case, sl.Kernel]:
+    case = CASE_BY_NAME[name]
+    return case, sl.build(case.schedule(case.symbolic_func()), "sm_90")
+
+
+# --------------------------------------------------------------------------------------------------
+# barriers around shared-memory stages
+# --------------------------------------------------------------------------------------------------
+def test_matmul_shared_tiles_are_fenced_by_barriers() -> None:
+    """Each iteration of the k loop: barrier, fill A tile, barrier, fill B tile, barrier, use both.  The
+    leading barrier keeps the fill from overwriting a tile other threads still read from the last iteration."""
+    k = sl.build(schedule_matmul(sl.workloads.matmul(64, 64, 24)), "sm_90")
+    body = only_body(k)
+    assert events(enclosed(body, "for (int C_k_0 = 0;")) == ["sync", "A_shared", "sync", "B_shared", "sync", "C"]
+    # Nothing outside the k loop touches shared memory, so no other barrier is emitted.
+    assert body.count("__syncthreads();") == 3
+
+
+def test_transpose_tile_is_complete_before_it_is_read() -> None:
+    _, k = case_kernel("transpose")
+    assert events(only_body(k)) == ["sync", "X_shared", "sync", "Y"]
+
+
+def test_storage_align_pads_the_shared_tile() -> None:
+    """storage_align(X_shared, 0, 32, 1): the 32 x 32 transpose tile gets a row stride of 33 floats."""
+    _, k = case_kernel("transpose")
+    body = only_body(k)
+    assert "SL_SHARED(float, X_shared, 1056);" in body  # 32 rows x 33
+    assert re.search(r"X_shared\[.*\* 33\)", body), "tile rows must be indexed with the padded stride"
+
+
+def test_register_only_kernel_has_no_barrier() -> None:
+    _, k = case_kernel("elementwise_add_gelu_scale")
+    body = only_body(k)
+    assert "__syncthreads" not in body and "SL_SHARED" not in body
+    assert events(body) == ["E2"]
+
+
+# --------------------------------------------------------------------------------------------------
+# cross-thread reductions
+# --------------------------------------------------------------------------------------------------
+def test_single_warp_reduction_uses_shuffles_only() -> None:
+    """32 threads of threadIdx.x reduce each GEMV row: a butterfly of __shfl_xor_sync, no shared memory."""
+    _, k = case_kernel("gemv_fp16")
+    body = only_body(k)
+    assert "__shfl_xor_sync(0xffffffffu, sl_red, sl_off, 32)" in body
+    assert "for (int sl_off = 16; sl_off > 0; sl_off >>= 1)" in body
+    assert "sl_red_buf" not in body
+    # The register result is stored once per row, by lane 0.
+    lines = code_lines(body)
+    at = next(n for n, ln in enumerate(lines) if re.match(r"D\[", ln))
+    assert lines[at - 1].startswith("if (") and "threadIdx.x == 0" in lines[at - 1], lines[at - 1]
+
+
+def test_multi_warp_reduction_combines_warps_through_shared_memory() -> None:
+    """64 threads per row (two warps), two rows per block: shuffles inside each warp, then one partial per
+    warp in shared memory between barriers."""
+    _, k = case_kernel("reduce_rows_sum")
+    body = only_body(k)
+    assert "__shfl_xor_sync(0xffffffffu, sl_red, sl_off, 32)" in body
+    assert "SL_SHARED(float, sl_red_buf1, 4);" in body  # 2 rows x 2 warps
+    region = body[body.index("cross-thread reduction"):]
+    assert events(region)[:2] == ["sync", "sync"]
+    assert re.search(r"if \(.*threadIdx\.x == 0\) R\[", body), "the row total must be stored by one thread"
+
+
+def test_reduction_over_threadidx_y_uses_shared_memory() -> None:
+    """3 threads of threadIdx.y (not a power of two) split a column sum: no shuffle, one slot per thread."""
+    _, k = case_kernel("reduce_cols_mean")
+    body = only_body(k)
+    assert "__shfl" not in body
+    assert "SL_SHARED(float, sl_red_buf1, 96);" in body  # 32 x 3 threads
+    assert k.launch[0].block == (32, 3, 1)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("rows", "threads", "width", "mask"), [
+    (4, 8, 8, "0xffffffffu"),  # 8 lanes per row, 4 rows in one warp
+    (2, 4, 4, "255u"),  # 8 threads in the block: the mask names only those
+    (3, 48, None, None),  # not a power of two: shared memory, no shuffle
+    (1, 256, 32, "0xffffffffu"),  # 8 warps
+], ids=["x8-y4", "x4-y2", "x48-y3", "x256"])
+def test_reduction_width_and_mask_follow_the_launch(rows: int, threads: int, width: int | None, mask: str | None,
+                                                    rng: np.random.Generator) -> None:
+    f = sl.workloads.reduce(sl.var("M"), 75, "max")
+    k = sl.build(schedule_reduce_rows(f, rows=rows, threads=threads), "sm_90")
+    body = only_body(k)
+    assert k.launch[0].block == (threads, rows, 1)
+    if width is None:
+        assert "__shfl" not in body
+    else:
+        assert f"__shfl_xor_sync({mask}, sl_red, sl_off, {width})" in body
+    (X,) = random_inputs(f, rng, {"M": 9})
+    np.testing.assert_array_equal(k.run_cpu(X, bounds_check=True), X.max(axis=1))
+
+
+# --------------------------------------------------------------------------------------------------
+# launch geometry and parameters
+# --------------------------------------------------------------------------------------------------
+def _bound_extents(func: sl.Func, root: str, prefix: str) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for blk in func.subtree(root, 0):
+        for lp in blk.loops:
+            if lp.thread and lp.thread.startswith(prefix):
+                out.setdefault(lp.thread, []).append(lp.extent)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_launch_geometry_matches_the_bindings(case: Case) -> None:
+    """blockDim is the largest extent bound to each threadIdx.*, the grid the extent bound to each
+    blockIdx.* (evaluated at the run-time size), and __launch_bounds__ their product."""
+    func = case.schedule(case.symbolic_func()).func
+    k = sl.build(func, "sm_90")
+    roots = func.root_blocks()
+    assert [spec.name for spec in k.launch] == [f"{func.name}_{r.name}" for r in roots]
+    for spec, root in zip(k.launch, roots):
+        threads = _bound_extents(func, root.name, "threadIdx")
+        want = tuple(max((as_int(e) for e in threads.get(f"threadIdx.{d}", [])), default=1) for d in "xyz")
+        assert spec.block == want
+        blocks = _bound_extents(func, root.name, "blockIdx")
+        for value in case.values:
+            env = {case.symbolic: value}
+            grid = tuple(evaluate_int(blocks[f"blockIdx.{d}"][0], env)
+                         if f"blockIdx.{d}" in blocks else 1 for d in "xyz")
+            assert spec.grid_for(env) == grid
+        assert f"__launch_bounds__({math.prod(spec.block)})" in kernel_bodies(k.source)[spec.name]
+
+
+def test_matmul_launch_numbers() -> None:
+    """BM=32, BN=32 block tiles with 4x2 register tiles: 16 x 8 threads, ceil(N/32) x ceil(M/32) blocks."""
+    M = sl.var("M")
+    k = sl.build(schedule_matmul(sl.workloads.matmul(M, 100, 24)), "sm_90")
+    (spec,) = k.launch
+    assert spec.block == (16, 8, 1)
+    assert spec.grid_for({"M": 1}) == (4, 1, 1)
+    assert spec.grid_for({"M": 65}) == (4, 3, 1)
+    assert spec.dynamic_smem == 0
+
+
+@pytest.mark.emulator
+def test_every_symbolic_dim_becomes_an_int_parameter(rng: np.random.Generator) -> None:
+    M, N, K = sl.var("M"), sl.var("N"), sl.var("K")
+    f = sl.workloads.matmul(M, N, K, epilogue="bias")
+    k = sl.build(schedule_matmul(f), "sm_90")
+    (spec,) = k.launch
+    assert spec.params == ("A", "B", "bias", "D", *f.symbols)
+    head = signature(only_body(k))
+    for name in f.symbols:
+        assert f"int {name}" in head
+    assert head.count("SL_GLOBAL(") == 4  # A, B, bias, D: pointers; the sizes are plain ints
+    assert "SL_GLOBAL(float) D" in head  # the output is written, so it is not const
+    for m, n, kk in ((7, 33, 1), (33, 1, 45)):
+        A, B, bias = random_inputs(f, rng, {"M": m, "N": n, "K": kk})
+        np.testing.assert_allclose(k.run_cpu(A, B, bias, bounds_check=True),
+                                   A.astype(np.float64) @ B + bias, rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------------------
+# vectorized copies
+# --------------------------------------------------------------------------------------------------
+VECTOR_COPY = re.compile(r"// block (\w+): (\d+)-wide vector copy\n\s*(?:if \(.*\) )?"
+                         r"SL_VSTORE\((\w+( \w+)?), (\w+), .*SL_VLOAD\(\3, (\w+), ")
+
+
+def vector_copies(body: str) -> dict[str, tuple[int, str, str, str]]:
+    """block -> (width, vector type, destination, source) for every copy emitted as one vector access."""
+    return {m.group(1): (int(m.group(2)), m.group(3), m.group(5), m.group(6)) for m in VECTOR_COPY.finditer(body)}
+
+
+def test_aligned_tile_fetches_become_single_vector_accesses() -> None:
+    """64 x 64 x 24 divides every tile: both 2-float fetches are provably 8-byte aligned and unguarded."""
+    k = sl.build(schedule_matmul(sl.workloads.matmul(64, 64, 24), vec=2), "sm_90")
+    body = only_body(k)
+    assert vector_copies(body) == {"A_shared": (2, "uint2", "A_shared", "A"), "B_shared": (2, "uint2", "B_shared", "B")}
+    assert "A_shared_ax0_ax1_fused_3" not in body and "B_shared_ax0_ax1_fused_3" not in body
+
+
+def test_unprovable_alignment_keeps_scalar_copies() -> None:
+    """K = 30 with 4-wide fetches: an A row (stride 30) is not 16-byte aligned and the k guard (< 30) may
+    cut a vector in half, so A is copied element by element; B's rows (stride 64) stay vectorized."""
+    k = sl.build(schedule_matmul(sl.workloads.matmul(64, 64, 30), TN=4, vec=4), "sm_90")
+    body = only_body(k)
+    assert set(vector_copies(body)) == {"B_shared"}
+    assert re.search(r"#pragma unroll\n\s*for \(int A_shared_ax0_ax1_fused_3 = 0; A_shared_ax0_ax1_fused_3 < 4;",
+                     body), "A must be copied by an unrolled scalar loop"
+    # Odd sizes: nothing is provable, no vector access at all.
+    _, odd = case_kernel("matmul_bias_relu")  # N = 45, K = 37
+    assert vector_copies(only_body(odd)) == {}
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("dtype", "vec", "pad", "want"), [
+    ("float32", 4, 4, {"B_shared": (4, "uint4", "B_shared", "B"), "C_local": (4, "uint4", "C", "C_local")}),
+    ("float16", 8, 8, {"B_shared": (8, "uint4", "B_shared", "B")}),
+    ("float16", 8, 4, {}),  # B_shared rows of 68 halves: a row start is not 16-byte aligned
+    ("float16", 2, 4, {"B_shared": (2, "unsigned int", "B_shared", "B")}),
+], ids=["f32x4", "f16x8", "f16x8-misaligned-rows", "f16x2"])
+def test_vector_copies_run_right(dtype: str, vec: int, pad: int, want: dict, rng: np.random.Generator) -> None:
+    """Vector fetches into shared memory (and, for float32, the register tile's vector write-back) give the
+    same numbers as numpy for a symbolic M that is not a multiple of the tile; a padding that breaks the
+    alignment falls back to scalar copies."""
+    f = sl.workloads.matmul(sl.var("M"), 64, 32, dtype=dtype)
+    s = schedule_matmul(f, BM=32, BN=64, BK=16, TM=4, TN=4, vec=vec, pad=pad)
+    if dtype == "float32":
+        s.vectorize(s.get_loops("C_local")[-1])
+    k = sl.build(s, "sm_90")
+    assert vector_copies(only_body(k)) == want
+    for m in (5, 37):
+        A, B = random_inputs(f, rng, {"M": m})
+        ref = A.astype(np.float64) @ B.astype(np.float64)
+        np.testing.assert_allclose(k.run_cpu(A, B, bounds_check=True).astype(np.float64),
+                                   ref.astype(dtype).astype(np.float64), rtol=1e-2, atol=1e-2)
+
+
+# --------------------------------------------------------------------------------------------------
+# shared memory beyond 48 KB
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.emulator
+def test_shared_memory_over_48kb_becomes_dynamic(rng: np.random.Generator) -> None:
+    s = reduce_through_shared(8192)  # a 64 KB tile
+    k = sl.build(s, "sm_90")
+    (spec,) = k.launch
+    assert spec.dynamic_smem >= 2 * 8192 * 4 > STATIC_LIMIT
+    body = only_body(k)
+    assert "SL_DYN_SHARED(sl_smem);" in body
+    assert "SL_SHARED_VIEW(float, X_shared, sl_smem, 0, 16384);" in body
+    assert "SL_SHARED(float, X_shared" not in body
+    (X,) = random_inputs(s.func, rng, {"M": 3})
+    np.testing.assert_allclose(k.run_cpu(X, bounds_check=True), X.astype(np.float64).sum(axis=1),
+                               rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.emulator
+def test_dynamic_shared_views_are_16_byte_aligned(rng: np.random.Generator) -> None:
+    """Two fp16 tiles (36 KB + 33 KB with padding) share one dynamic allocation, each view 16-byte aligned."""
+    f = sl.workloads.matmul(sl.var("M"), 130, 130, dtype="float16")
+    k = sl.build(schedule_matmul(f, BM=128, BN=128, BK=128, TM=8, TN=8, vec=8), "sm_90")
+    (spec,) = k.launch
+    views = re.findall(r"SL_SHARED_VIEW\(half, (\w+), sl_smem, (\d+), (\d+)\);", only_body(k))
+    assert [v[0] for v in views] == ["A_shared", "B_shared"]
+    offsets = [int(v[1]) for v in views]
+    assert offsets[0] == 0 and offsets[1] % 16 == 0 and offsets[1] >= 2 * int(views[0][2])
+    assert spec.dynamic_smem >= offsets[1] + 2 * int(views[1][2]) > STATIC_LIMIT
+    A, B = random_inputs(f, rng, {"M": 5})
+    want = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float16)
+    np.testing.assert_allclose(k.run_cpu(A, B, bounds_check=True).astype(np.float64), want.astype(np.float64),
+                               rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.nvcc
+def test_dynamic_shared_kernel_compiles_with_little_static_shared_memory() -> None:
+    k = sl.build(reduce_through_shared(8192), "sm_90")
+    report = k.compile_check("sm_90")
+    (res,) = report.kernels.values()
+    assert res.shared_static_bytes < STATIC_LIMIT
+
+
+# --------------------------------------------------------------------------------------------------
+# several kernels
+# --------------------------------------------------------------------------------------------------
+SOFTMAX_KERNELS = ["softmax_T_max", "softmax_T_exp", "softmax_T_sum", "softmax_Y"]
+
+
+def _softmax_module_checks(k: sl.Kernel) -> None:
+    assert [spec.name for spec in k.launch] == SOFTMAX_KERNELS
+    assert [b.name for b in k.module.scratch] == ["T_max", "T_exp", "T_sum"]
+    assert all(b.scope == "global" for b in k.module.scratch)
+    params = {spec.name: spec.params for spec in k.launch}
+    # Each kernel gets the scratch it writes or reads; the writer is launched before every reader.
+    assert set(params["softmax_T_max"]) == {"X", "T_max", "M"}
+    assert set(params["softmax_T_exp"]) == {"X", "T_max", "T_exp", "M"}
+    assert set(params["softmax_T_sum"]) == {"T_exp", "T_sum", "M"}
+    assert set(params["softmax_Y"]) == {"T_exp", "T_sum", "Y", "M"}
+    bodies = kernel_bodies(k.source)
+    assert list(bodies) == SOFTMAX_KERNELS  # defined in launch order too
+    assert "SL_GLOBAL(float) T_exp" in signature(bodies["softmax_Y"])
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("how", ["unscheduled", "fallback"])
+def test_unfused_softmax_runs_as_kernels_in_order(how: str, rng: np.random.Generator) -> None:
+    f = sl.workloads.softmax(sl.var("M"), 45)
+    s = sl.Schedule(f) if how == "unscheduled" else rules.get_rule("fallback").apply(f, "h100")
+    k = sl.build(s, "sm_90")
+    _softmax_module_checks(k)
+    if how == "unscheduled":  # nothing bound: each stage is one thread of one block
+        assert all(spec.block == (1, 1, 1) and spec.grid_for({"M": 9}) == (1, 1, 1) for spec in k.launch)
+    else:
+        assert all(spec.block == (256, 1, 1) for spec in k.launch)
+        assert k.launch[1].grid_for({"M": 70}) == (math.ceil(70 * 45 / 256), 1, 1)
+    for m in (1, 9):
+        (X,) = random_inputs(f, rng, {"M": m})
+        x = X.astype(np.float64)
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(k.run_cpu(X, bounds_check=True), e / e.sum(axis=1, keepdims=True),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_fused_softmax_needs_no_scratch() -> None:
+    _, k = case_kernel("softmax")
+    assert [spec.name for spec in k.launch] == ["softmax_Y"]
+    assert k.module.scratch == ()
+    assert k.launch[0].params == ("X", "Y", "rows")
+
+
+@pytest.mark.emulator
+def test_global_scratch_inside_one_kernel_is_fenced_by_barriers(rng: np.random.Generator) -> None:
+    """Softmax fused into one kernel without caching its stages: T_max/T_exp/T_sum stay global scratch that
+    threads share, so each stage is surrounded by barriers like a shared-memory stage."""
+    f = sl.workloads.softmax(sl.var("M"), 100)
+    s = sl.Schedule(f)
+    i, j = s.get_loops("Y")
+    jo, jt = s.split(j, [None, 64])
+    s.reorder(i, jt, jo)
+    s.bind(i, "blockIdx.x")
+    s.bind(jt, "threadIdx.x")
+    for stage in ("T_sum", "T_exp", "T_max"):
+        s.compute_at(stage, i)
+        ko, kt = s.split(s.get_loops(stage)[-1], [None, 64])
+        s.reorder(kt, ko)
+        s.bind(kt, "threadIdx.x")
+    k = sl.build(s, "sm_90")
+    assert [spec.name for spec in k.launch] == ["softmax_Y"]
+    assert [b.name for b in k.module.scratch] == ["T_max", "T_exp", "T_sum"]
+    assert set(k.launch[0].params) == {"X", "Y", "T_max", "T_exp", "T_sum", "M"}
+    order = [e for e in events(only_body(k)) if e == "sync" or e.startswith(("T_", "Y"))]
+    stages = [e for e in order if e != "sync"]
+    assert stages == ["T_max", "T_exp", "T_sum", "Y"]
+    for name in ("T_max", "T_exp", "T_sum"):
+        at = order.index(name)
+        assert order[at - 1] == "sync" and order[at + 1] == "sync", order
+    (X,) = random_inputs(f, rng, {"M": 7})
+    x = X.astype(np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(k.run_cpu(X, bounds_check=True), e / e.sum(axis=1, keepdims=True),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_generate_is_deterministic_and_names_kernels_after_root_blocks() -> None:
+    f = sl.workloads.softmax(sl.var("M"), 45)
+    a, b = generate(f), generate(f)
+    assert a.source == b.source
+    assert [s.name for s in a.kernels] == SOFTMAX_KERNELS
+    assert a.source.startswith("// Generated by schedlib for func softmax.")
+
+
+# --------------------------------------------------------------------------------------------------
+# bugs found while writing these tests (strict xfail: each turns into a failure once fixed, so the
+# marker is removed together with the bug)
+# --------------------------------------------------------------------------------------------------
+def _overhanging_writeback() -> sl.Schedule:
+    """C = A @ B with M = 1: 2 threadIdx.y x 8 threadIdx.x threads, each owning a 4 x 2 register tile
+    written back with reverse_compute_at.  Only thread row 0 has rows to compute."""
+    s = sl.Schedule(sl.workloads.matmul(1, 16, 8))
+    i, j, _ = s.get_loops("C")
+    _, ti, ii = s.split(i, [None, 2, 4])
+    tj, jj = s.split(j, [None, 2])
+    s.reorder(ti, tj, s.get_loops("C")[-1], ii, jj)
+    s.bind(ti, "threadIdx.y")
+    s.bind(tj, "threadIdx.x")
+    acc = s.cache_write("C", "local")
+    s.reverse_compute_at(acc, tj)
+    return s
+
+
+@pytest.mark.emulator
+def test_register_writeback_of_a_tile_overhanging_a_constant_dim(rng: np.random.Generator) -> None:
+    s = _overhanging_writeback()
+    A, B = random_inputs(s.func, rng)
+    want = A.astype(np.float64) @ B
+    k = sl.build(s, "sm_90")
+    np.testing.assert_allclose(k.run_cpu(A, B, bounds_check=True), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(sl.run_reference(s, {"A": A, "B": B})["C"], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.nvcc
+@pytest.mark.xfail(strict=True, raises=sl.CompileError,
+                   reason="codegen bug (kernel_writer.write): the 48 KB static/dynamic decision counts only the "
+                   "schedule's shared buffers, not the cross-thread reduction scratch sl_red_buf*; exactly 48 KB "
+                   "of tiles plus 16 B of reduction scratch stays static and ptxas rejects 49168 B")
+def test_shared_tiles_of_exactly_48kb_plus_reduction_scratch_compile() -> None:
+    k = sl.build(reduce_through_shared(6144), "sm_90")  # a [2, 6144] float32 tile: exactly 49152 bytes
+    report = k.compile_check("sm_90")
+    (res,) = report.kernels.values()
+    assert res.shared_static_bytes <= STATIC_LIMIT
+
+
+@pytest.mark.nvcc
+@pytest.mark.xfail(strict=True, reason="codegen bug (kernel_writer.write): KernelSpec.static_smem counts neither the "
+                   "sl_red_buf* arrays of cross-thread reductions nor the padding of each __align__(16) array, so it "
+                   "under-reports what ptxas allocates (softmax: 404 B in the spec, 440 B in SASS)")
+def test_static_shared_size_of_the_spec_covers_what_ptxas_allocates() -> None:
+    _, k = case_kernel("softmax")  # 4 B + 400 B of tiles, two cross-warp reductions with 8 B of scratch each
+    (spec,) = k.module.kernels
+    (res,) = k.compile_check("sm_90").kernels.values()
+    assert spec.static_smem >= res.shared_static_bytes
+
+
+@pytest.mark.xfail(strict=True, reason="codegen gap (kernel_writer._launch): only the 1024-thread total is "
+                   "checked; blockDim.z > 64 is accepted by sl.build and only rejected at launch (the emulator "
+                   "refuses it)")
+def test_threadidx_z_over_64_is_a_build_error() -> None:
+    s = sl.Schedule(sl.workloads.elementwise((sl.var("M"), 128), ("relu",)))
+    i, j = s.get_loops("E0")
+    s.bind(i, "blockIdx.x")
+    s.bind(j, "threadIdx.z")
+    with pytest.raises(sl.BuildError, match=r"threadIdx\.z|blockDim\.z"):
+        sl.build(s, "sm_90")
+
+
+@pytest.mark.nvcc
+@pytest.mark.xfail(strict=True, reason="codegen nit (cuda_expr.HELPERS): every source defines sl_floordiv/"
+                   "sl_floormod whether used or not, so nvcc warns '#177-D: function \"sl_floormod\" was declared "
+                   "but never referenced' for every kernel, burying real warnings")
+def test_generated_source_compiles_without_warnings() -> None:
+    _, k = case_kernel("transpose")
+    log = k.compile_check("sm_90").log
+    assert "warning" not in log.lower(), log

@@ -1,0 +1,192 @@
+"""bind, vectorize, unroll, annotate, storage_align: goldens, unchanged results, every rejection."""
+
+from __future__ import annotations
+
+import pytest
+
+import schedlib as sl
+from schedlib.ir.primitives.common import check_positive_int
+
+from .helpers import Reject, assert_same_result, loop_nest, schedule, vector_func
+from .test_primitives_loops import golden
+
+
+def _ew() -> sl.Schedule:
+    return sl.Schedule(sl.workloads.elementwise((4, 8), ("scale",)))
+
+
+def test_bind_and_vectorize_golden() -> None:
+    s = _ew()
+    s.split("E0.i1", [None, 4])
+    assert s.bind("E0.i0", "blockIdx.x") is None
+    s.bind("E0.i1_0", "threadIdx.x")
+    assert s.vectorize("E0.i1_1") is None
+    assert loop_nest(s) == golden("""
+        for E0.i0 in range(4):  # blockIdx.x
+          for E0.i1_0 in range(2):  # threadIdx.x
+            for E0.i1_1 in range(4):  # vectorize
+              block E0 SS (i0=E0.i0, i1=E0.i1_0 * 4 + E0.i1_1):
+                E0[i0, i1] = X[i0, i1] * 0.5
+        """)
+    assert_same_result(s.original, s)
+
+
+def test_unroll_and_annotate_golden() -> None:
+    s = sl.Schedule(sl.workloads.reduce(4, 8))
+    assert s.unroll("R.r") is None
+    assert s.annotate("R.i", "pipeline_stages", 2) is None
+    s.annotate("R", "note", "x")
+    assert loop_nest(s) == golden("""
+        for R.i in range(4):  # pipeline_stages=2
+          for R.r in range(8):  # unroll
+            block R SR (i=R.i, r=R.r):  # note='x'
+              init R[i] = 0.0
+              R[i] += X[i, r]
+        """)
+    assert_same_result(s.original, s)
+
+
+def test_annotate_replaces_a_key_and_keeps_others() -> None:
+    s = sl.Schedule(sl.workloads.reduce(4, 8))
+    s.annotate("R.i", "a", 1)
+    s.annotate("R.i", "b", True)
+    s.annotate("R.i", "a", 2.5)
+    assert s.func.block("R").loops[0].annotations == (("b", True), ("a", 2.5))
+
+
+def test_bind_reduction_loop_to_threads_is_a_cross_thread_reduction() -> None:
+    s = sl.Schedule(sl.workloads.reduce(3, 33, "max"))
+    s.split("R.r", [None, 8])
+    s.bind("R.r_1", "threadIdx.x")
+    s.bind("R.i", "blockIdx.x")
+    assert [lp.thread for lp in s.func.block("R").loops] == ["blockIdx.x", None, "threadIdx.x"]
+    assert_same_result(s.original, s)
+
+
+def test_storage_align_golden() -> None:
+    s = sl.Schedule(sl.workloads.matmul(8, 8, 8))
+    s.split("C.k", [None, 4])
+    s.cache_read("C", "A", "shared")
+    s.compute_at("A_shared", "C.k_0")
+    assert s.storage_align("A_shared", 0, 32, 1) is None
+    assert loop_nest(s).splitlines()[0] == "alloc A_shared: float32[1, 4] shared align=[(0, 32, 1)]"
+    s.storage_align("A_shared", 0, 16, 2)  # a second call on the same dim replaces the first
+    assert s.func.buffer("A_shared").align == ((0, 16, 2),)
+    assert_same_result(s.original, s)
+
+
+def test_annotations_keep_int_results_bit_identical() -> None:
+    s = sl.Schedule(sl.workloads.matmul(7, 9, 5, dtype="int8", epilogue="relu"))
+    i, j, k = s.get_loops("C")
+    jo, ji = s.split(j, [None, 4])
+    s.bind(i, "blockIdx.x")
+    s.bind(jo, "threadIdx.x")
+    s.unroll(k)
+    s.annotate(ji, "pipeline_stages", 3)
+    s.vectorize(s.get_loops("D")[-1])
+    assert_same_result(s.original, s, seed=5)
+
+
+def test_check_positive_int_upper_bound() -> None:
+    assert check_positive_int("p", "a", 4, upper=4) == 4
+    with pytest.raises(sl.ScheduleError) as info:
+        check_positive_int("p", "a", 5, upper=4)
+    assert (info.value.primitive, info.value.argument, info.value.value) == ("p", "a", 5)
+    assert "must be at most 4" in str(info.value)
+
+
+def test_annotate_rejects_non_finite_floats() -> None:
+    # Regression: NaN was accepted, and the trace then replayed to a func that is not == (nan != nan).
+    s = sl.Schedule(sl.workloads.reduce(4, 8))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(sl.ScheduleError, match="must be finite"):
+            s.annotate("R", "x", bad)
+    assert len(s.trace) == 0
+
+
+# every rejection --------------------------------------------------------------------------------
+
+def _mm() -> sl.Schedule:
+    return sl.Schedule(sl.workloads.matmul(8, 6, 4))
+
+
+def _mm_bound() -> sl.Schedule:
+    return schedule(sl.workloads.matmul(8, 6, 4), lambda s: s.bind("C.i", "blockIdx.x"))
+
+
+def _ew_vectorized() -> sl.Schedule:
+    return schedule(sl.workloads.elementwise((4, 8), ("scale",)), lambda s: s.vectorize("E0.i1"))
+
+
+def _ew_thread_inner() -> sl.Schedule:
+    return schedule(sl.workloads.elementwise((4, 8), ("scale",)), lambda s: s.bind("E0.i1", "threadIdx.x"))
+
+
+def _ew_attached_inner() -> sl.Schedule:
+    return schedule(sl.workloads.elementwise((4, 8), ("scale",)), lambda s: s.cache_read("E0", "X", "shared"),
+                    lambda s: s.compute_at("X_shared", "E0.i1"))
+
+
+def _cached() -> sl.Schedule:
+    return schedule(sl.workloads.matmul(8, 8, 8), lambda s: s.cache_read("C", "A", "shared"))
+
+
+NAN = float("nan")
+
+NEGATIVE = [
+    Reject("bind-bad-tag", _mm, lambda s: s.bind("C.i", "warp.x"), "bind", "thread", "warp.x", "must be one of"),
+    Reject("bind-twice", _mm_bound, lambda s: s.bind("C.i", "blockIdx.y"), "bind", "loop", "C.i",
+           "already bound to blockIdx.x"),
+    Reject("bind-vectorized", _ew_vectorized, lambda s: s.bind("E0.i1", "threadIdx.x"), "bind", "loop", "E0.i1",
+           "is vectorized"),
+    Reject("bind-reduction-to-blocks", _mm, lambda s: s.bind("C.k", "blockIdx.x"), "bind", "thread",
+           "blockIdx.x", "reduction loop"),
+    Reject("bind-symbolic-threads", lambda: sl.Schedule(vector_func(sl.var("n"))),
+           lambda s: s.bind("C.i", "threadIdx.x"), "bind", "loop", "C.i", "symbolic extent n"),
+    Reject("bind-too-many-threads", lambda: sl.Schedule(vector_func(2048)), lambda s: s.bind("C.i", "threadIdx.x"),
+           "bind", "loop", "C.i", "exceeds 1024 threads"),
+    Reject("bind-tag-taken", _mm_bound, lambda s: s.bind("C.j", "blockIdx.x"), "bind", "thread", "blockIdx.x",
+           "already binds C.i to it"),
+    Reject("bind-no-loop", _mm, lambda s: s.bind("C.z", "blockIdx.x"), "bind", "loop", "C.z", "no such loop"),
+    Reject("vectorize-not-innermost", _mm, lambda s: s.vectorize("C.j"), "vectorize", "loop", "C.j",
+           "not the innermost"),
+    Reject("vectorize-too-long", lambda: sl.Schedule(vector_func(40)), lambda s: s.vectorize("C.i"), "vectorize",
+           "loop", "C.i", "extent 40 must be a constant of at most 16"),
+    Reject("vectorize-symbolic", lambda: sl.Schedule(vector_func(sl.var("n"))), lambda s: s.vectorize("C.i"),
+           "vectorize", "loop", "C.i", "extent n must be a constant"),
+    Reject("vectorize-bound", _ew_thread_inner, lambda s: s.vectorize("E0.i1"), "vectorize", "loop", "E0.i1",
+           "bound to threadIdx.x"),
+    Reject("vectorize-reduction", _mm, lambda s: s.vectorize("C.k"), "vectorize", "loop", "C.k",
+           "reduction loop"),
+    Reject("vectorize-attached", _ew_attached_inner, lambda s: s.vectorize("E0.i1"), "vectorize", "loop",
+           "E0.i1", "has blocks attached"),
+    Reject("unroll-vectorized", _ew_vectorized, lambda s: s.unroll("E0.i1"), "unroll", "loop", "E0.i1",
+           "is vectorized"),
+    Reject("unroll-bound", _mm_bound, lambda s: s.unroll("C.i"), "unroll", "loop", "C.i", "bound to blockIdx.x"),
+    Reject("annotate-value-type", _mm, lambda s: s.annotate("C", "k", [1]), "annotate", "value", [1],
+           "JSON scalar"),
+    Reject("annotate-value-none", _mm, lambda s: s.annotate("C.i", "k", None), "annotate", "value", None,
+           "JSON scalar"),
+    Reject("annotate-value-nan", _mm, lambda s: s.annotate("C", "k", NAN), "annotate", "value", NAN,
+           "must be finite"),
+    Reject("annotate-key", _mm, lambda s: s.annotate("C", "1bad", 1), "annotate", "key", "1bad", "identifier"),
+    Reject("annotate-target-type", _mm, lambda s: s.annotate(5, "k", 1), "annotate", "target", 5,
+           "must be a loop name"),
+    Reject("annotate-no-target", _mm, lambda s: s.annotate("Q", "k", 1), "annotate", "target", "Q",
+           "no such loop"),
+    Reject("storage-align-global", _mm, lambda s: s.storage_align("C", 0, 32, 1), "storage_align", "block", "C",
+           "writes global buffer C"),
+    Reject("storage-align-dim", _cached, lambda s: s.storage_align("A_shared", 1, 32, 1), "storage_align", "dim",
+           1, "non-last dimension of A_shared (0..0)"),
+    Reject("storage-align-factor", _cached, lambda s: s.storage_align("A_shared", 0, 0, 0), "storage_align",
+           "factor", 0, "positive integer"),
+    Reject("storage-align-offset", _cached, lambda s: s.storage_align("A_shared", 0, 32, 32), "storage_align",
+           "offset", 32, "[0, factor=32)"),
+    Reject("storage-align-block-type", _cached, lambda s: s.storage_align(None, 0, 32, 1), "storage_align",
+           "block", None, "must be a block name"),
+]
+
+
+@pytest.mark.parametrize("case", NEGATIVE, ids=lambda c: c.id)
+def test_rejections(case: Reject) -> None:
+    case.check()

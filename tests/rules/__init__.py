@@ -1,0 +1,1 @@
+"""Tests of the zero-search expert rules (schedlib.rules)."""

@@ -1,0 +1,130 @@
+"""Shared checks of the rule tests: random inputs, resource limits, and emulator-vs-reference comparison.
+
+A case is a Func plus the schedule a rule made for it.  ``check_schedule`` builds it, runs the exact CUDA
+source on the CPU emulator (with bounds checking) against the numpy reference executor of the
+*unscheduled* func on fresh random inputs, then compiles it with nvcc for sm_80 and sm_90 and holds every
+kernel to the matching hardware profile's limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+import schedlib as sl
+import schedlib.hw
+from schedlib.ir.dtype import numpy_dtype, round_to_dtype
+from schedlib.ir.func import Func
+from schedlib.ir.reference import evaluate_int
+
+ARCH_PROFILE = {"sm_80": "a100", "sm_90": "h100"}
+ARCHS = tuple(ARCH_PROFILE)
+
+# (rtol, atol relative to the largest reference magnitude) by output dtype: float32 results only differ by
+# reordered sums; half types by one rounding step of the final store.
+TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
+
+
+def input_shapes(func: Func, symbols: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
+    env = dict(symbols or {})
+    missing = [s for s in func.symbols if s not in env]
+    if missing:
+        raise ValueError(f"{func.name}: no value for symbolic dimension(s) {missing}")
+    return {n: tuple(evaluate_int(d, env) for d in func.buffer(n).shape) for n in func.inputs}
+
+
+def random_inputs(func: Func, rng: np.random.Generator, symbols: Mapping[str, int] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Fresh normal values, never zero (|x| >= 0.05), rounded to the input's dtype (bf16 held in float32)."""
+    out = {}
+    for name, shape in input_shapes(func, symbols).items():
+        dtype = func.buffer(name).dtype
+        x = rng.standard_normal(shape)
+        x = np.where(np.abs(x) < 0.05, np.copysign(0.05, x), x)
+        arr = round_to_dtype(x.astype(np.float32), dtype)
+        assert arr.dtype == numpy_dtype(dtype)
+        assert np.all(arr != 0)
+        out[name] = arr
+    return out
+
+
+def thread_count(block: Sequence[int]) -> int:
+    return int(np.prod(block))
+
+
+def check_resources(kernel: sl.Kernel, *, spills_allowed: bool = False, archs: Sequence[str] = ARCHS) -> None:
+    """nvcc-compile for every arch; registers, shared memory, threads and spills within that GPU's profile."""
+    for arch in archs:
+        profile = sl.hw.load(ARCH_PROFILE[arch])
+        report = kernel.compile_check(arch)
+        names = {spec.name for spec in kernel.launch}
+        assert names <= set(report.kernels), f"{arch}: ptxas reported {sorted(report.kernels)}, launched {names}"
+        for spec in kernel.launch:
+            res = report.kernels[spec.name]
+            threads = thread_count(spec.block)
+            where = f"{arch} kernel {spec.name} (block {spec.block})"
+            assert 1 <= threads <= profile.max_threads_per_block, f"{where}: {threads} threads per block"
+            assert res.registers <= profile.max_registers_per_thread, f"{where}: {res.registers} registers"
+            # a block whose registers do not fit on one SM cannot launch at all
+            warps = -(-threads // profile.warp_size)
+            per_warp = -(-res.registers * profile.warp_size // profile.register_alloc_unit) \
+                * profile.register_alloc_unit
+            assert warps * per_warp <= profile.registers_per_sm, \
+                f"{where}: {res.registers} registers x {threads} threads exceed the SM's {profile.registers_per_sm}"
+            smem = res.shared_static_bytes + spec.dynamic_smem
+            assert smem <= profile.shared_memory_per_block, f"{where}: {smem} bytes of shared memory"
+            if not spills_allowed:
+                assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, \
+                    f"{where}: spills {res.spill_store_bytes} B stores / {res.spill_load_bytes} B loads"
+
+
+def compare(func: Func, expected: Mapping[str, np.ndarray], got: Any, what: str) -> None:
+    """Every output of ``got`` (the kernel's return) matches the reference within the dtype's tolerance."""
+    got_list = list(got) if isinstance(got, tuple) else [got]
+    assert len(got_list) == len(func.outputs)
+    for name, g in zip(func.outputs, got_list):
+        ref = np.asarray(expected[name], dtype=np.float64)
+        g = np.asarray(g)
+        assert g.shape == ref.shape, f"{what}: {name} shape {g.shape}, expected {ref.shape}"
+        assert np.dtype(g.dtype) == numpy_dtype(func.buffer(name).dtype), f"{what}: {name} dtype {g.dtype}"
+        g = g.astype(np.float64)
+        assert np.all(np.isfinite(g)), f"{what}: {name} has {int((~np.isfinite(g)).sum())} unwritten/NaN elements"
+        tol = TOLERANCE[func.buffer(name).dtype]
+        atol = tol * max(1.0, float(np.abs(ref).max()))
+        bad = ~np.isclose(g, ref, rtol=tol, atol=atol)
+        if bad.any():
+            idx = np.argwhere(bad)[:4].tolist()
+            raise AssertionError(f"{what}: {name}: {int(bad.sum())} of {ref.size} elements differ "
+                                 f"(first at {idx}: got {g[bad][:4]} expected {ref[bad][:4]}; atol {atol:.3g})")
+
+
+def run_and_compare(func: Func, kernel: sl.Kernel, rng: np.random.Generator,
+                    symbols: Mapping[str, int] | None = None) -> None:
+    """One emulator run (bounds checked) on fresh inputs against the unscheduled func's reference.
+
+    Inputs whose reference output is all zeros (a relu of a handful of negative values) would let a kernel
+    that writes zeros pass, so such draws are replaced (a few times at most)."""
+    for _ in range(8):
+        inputs = random_inputs(func, rng, symbols)
+        expected = sl.run_reference(func, inputs)
+        ref_values = np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in expected.values()])
+        if np.any(ref_values != 0):
+            break
+    else:
+        raise AssertionError(f"{func.name} {dict(symbols or {})}: the reference output is all zeros for 8 draws")
+    got = kernel.run_cpu(*[inputs[n] for n in func.inputs], bounds_check=True)
+    compare(func, expected, got, f"{func.name} {dict(symbols or {})}")
+
+
+def check_schedule(func: Func, schedule: sl.Schedule, rng: np.random.Generator, *,
+                   sizes: Sequence[Mapping[str, int]] = ({},), spills_allowed: bool = False,
+                   archs: Sequence[str] = ARCHS, kernel: sl.Kernel | None = None) -> sl.Kernel:
+    """Emulate against the reference at each binding of ``sizes``, then compile-check within limits."""
+    kernel = sl.build(schedule, "h100") if kernel is None else kernel
+    assert kernel.launch, "the build launched no kernel"
+    for symbols in sizes:
+        run_and_compare(func, kernel, rng, symbols)
+    check_resources(kernel, spills_allowed=spills_allowed, archs=archs)
+    return kernel

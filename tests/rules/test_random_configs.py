@@ -1,0 +1,73 @@
+"""Random legal points of every rule's knob space compile with nvcc and match numpy on the emulator.
+
+Hypothesis draws a workload of the rule and one point from the legal points of its space (so a failure
+shrinks to, and prints, the offending config), applies it with ``rule.apply(func, "h100", config)``,
+checks that the carver's view of the config (``rule.tiling``) describes the launched kernel, then builds,
+compile-checks (sm_90; spills are allowed off the default) and runs the emulator against the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+import schedlib as sl
+import schedlib.hw
+import schedlib.rules as rules
+from schedlib import workloads as wl
+from schedlib.ir.func import Func
+
+from .helpers import check_schedule, thread_count
+
+# rule -> (workloads drawn from, examples)
+CASES: dict[str, tuple[str, list[Callable[[], Func]], int]] = {
+    "matmul": ("matmul", [lambda: wl.matmul(37, 45, 29, epilogue="bias_relu"),
+                          lambda: wl.matmul(20, 33, 40, dtype="float16", trans_a=True, batch=2)], 4),
+    "gemv-inner": ("gemv", [lambda: wl.gemv(70, 100, "float16", batch=2, epilogue="bias")], 2),
+    "gemv-outer": ("gemv", [lambda: wl.gemv(70, 100, "float32", batch=3, trans=True, epilogue="gelu")], 2),
+    "reduction-inner": ("reduction", [lambda: wl.reduce(9, 300, "sumsq"), lambda: wl.reduce(5, 40, "mean")], 2),
+    "reduction-outer": ("reduction", [lambda: wl.reduce(100, 40, "max", axis=0)], 2),
+    "general_reduction": ("general_reduction", [lambda: wl.softmax(5, 300),
+                                                lambda: wl.layernorm(3, 129, "float16")], 2),
+    "transpose": ("transpose", [lambda: wl.transpose(70, 45, "float16")], 2),
+    "elementwise": ("elementwise", [lambda: wl.elementwise((33, 17), ("add", "gelu")),
+                                    lambda: wl.elementwise((3, 50), ("mul", "exp"), "bfloat16")], 2),
+    "fallback": ("fallback", [lambda: wl.softmax(3, 40), lambda: wl.matmul(20, 17, 9, epilogue="gelu")], 2),
+}
+
+
+def _random_point_test(key: str) -> Callable[..., None]:
+    rule_name, makers, examples = CASES[key]
+
+    @settings(max_examples=examples, deadline=None, database=None)
+    @given(data=st.data())
+    def run(data: st.DataObject) -> None:
+        func = makers[data.draw(st.integers(0, len(makers) - 1), label="workload")]()
+        rule = rules.get_rule(rule_name)
+        profile = sl.hw.load("h100")
+        assert rule.applies(func, profile) is None, rule.applies(func, profile)
+        space = rule.space(func, profile)
+        config = data.draw(st.sampled_from(list(space.enumerate())), label="config")
+        note(f"{func.name}: {config}")
+        sch = rule.apply(func, "h100", config)
+        assert sch.rule == rule_name and sch.config == config
+        kernel = sl.build(sch, "h100")
+        tiling = rule.tiling(func, profile, config)
+        if tiling is not None:
+            main = [s for s in kernel.launch if s.name == f"{func.name}_{tiling.main_block}"]
+            assert len(main) == 1, [s.name for s in kernel.launch]
+            assert thread_count(main[0].block) == tiling.threads, (main[0].block, tiling)
+        seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+        check_schedule(func, sch, np.random.default_rng(seed), spills_allowed=True, archs=("sm_90",),
+                       kernel=kernel)
+
+    return run
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_random_legal_point(key: str, toolchain: None) -> None:
+    _random_point_test(key)()

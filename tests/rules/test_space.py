@@ -1,0 +1,134 @@
+"""The knob-space contract (``Space``/``Knob``): enumerate, size, sample, validate, reason, is_legal —
+on a hand-made space with known answers and on every rule's real space."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+import schedlib as sl
+import schedlib.hw
+import schedlib.rules as rules
+from schedlib import workloads as wl
+from schedlib.rules import Knob, Space
+
+
+def toy(check=True) -> Space:
+    """a in (1, 2, 3), b in ('x', 'y'); the check forbids a == 3 with b == 'y', and a == 2 with b == 'x'."""
+
+    def rule(c):
+        if c["a"] == 3 and c["b"] == "y":
+            return "a=3 needs b=x"
+        if c["a"] == 2 and c["b"] == "x":
+            return "a=2 needs b=y"
+        return None
+
+    return Space("toy", (Knob("a", (1, 2, 3), "first"), Knob("b", ("x", "y"), "second")), rule if check else None)
+
+
+LEGAL = [{"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 2, "b": "y"}, {"a": 3, "b": "x"}]
+
+
+def test_size_counts_the_full_product() -> None:
+    assert toy().size == 6
+    assert toy(check=False).size == 6
+    assert Space("empty", ()).size == 1
+
+
+def test_enumerate_yields_legal_points_in_lexicographic_order() -> None:
+    assert list(toy().enumerate()) == LEGAL
+    assert list(toy().enumerate(limit=2)) == LEGAL[:2]
+    assert list(toy().enumerate(limit=100)) == LEGAL
+    everything = [dict(zip("ab", v)) for v in itertools.product((1, 2, 3), ("x", "y"))]
+    assert list(toy(check=False).enumerate()) == everything
+
+
+def test_reason_and_is_legal() -> None:
+    space = toy()
+    assert space.names == ["a", "b"]
+    assert space.knob("b").values == ("x", "y")
+    with pytest.raises(KeyError):
+        space.knob("c")
+    for c in LEGAL:
+        assert space.reason(c) is None and space.is_legal(c)
+    assert space.reason({"a": 3, "b": "y"}) == "a=3 needs b=x"
+    assert space.reason({"a": 2, "b": "x"}) == "a=2 needs b=y"
+    assert space.reason({"a": 4, "b": "x"}) == "knob a=4 is not one of [1, 2, 3]"
+    assert space.reason({"b": "x"}) == "knob a is missing"
+    assert space.reason({"a": 1, "b": "x", "c": 0}) == "unknown knob(s) ['c']; the toy space has ['a', 'b']"
+    assert not space.is_legal({"a": 1})
+
+
+def test_validate_returns_a_copy_or_raises_naming_the_knob() -> None:
+    space = toy()
+    c = {"a": 1, "b": "y"}
+    out = space.validate(c)
+    assert out == c and out is not c
+    with pytest.raises(sl.ScheduleError) as info:
+        space.validate({"a": 1, "b": "z"})
+    err = info.value
+    assert (err.primitive, err.argument, err.value) == ("toy.apply", "config", {"a": 1, "b": "z"})
+    assert err.reason == "knob b='z' is not one of ['x', 'y']"
+    with pytest.raises(sl.ScheduleError, match="a=3 needs b=x"):
+        space.validate({"a": 3, "b": "y"})
+
+
+def test_sample_is_legal_reproducible_and_covers_the_space() -> None:
+    space = toy()
+    seen = [space.sample(random.Random(s)) for s in range(200)]
+    assert all(space.is_legal(c) for c in seen)
+    assert {str(c) for c in seen} == {str(c) for c in LEGAL}  # every legal point gets drawn
+    assert space.sample(random.Random(7)) == space.sample(random.Random(7))
+
+
+def test_sample_of_an_empty_space_raises() -> None:
+    never = Space("never", (Knob("a", (1, 2)),), lambda c: "nothing is legal")
+    assert list(never.enumerate()) == []
+    with pytest.raises(sl.ScheduleError, match="found no legal point"):
+        never.sample(random.Random(0), tries=20)
+
+
+REAL = [
+    ("matmul", lambda: wl.matmul(333, 200, 77, dtype="float16", trans_b=True, epilogue="gelu")),
+    ("gemv", lambda: wl.gemv(4096, 1000, "float16")),
+    ("gemv", lambda: wl.gemv(4096, 1000, "bfloat16", trans=True, batch=4)),
+    ("reduction", lambda: wl.reduce(100, 1000, "sumsq")),
+    ("reduction", lambda: wl.reduce(100, 1000, "min", axis=0)),
+    ("general_reduction", lambda: wl.layernorm(8, 4096)),
+    ("transpose", lambda: wl.transpose(256, 512, "float16")),
+    ("elementwise", lambda: wl.elementwise((128, 128), ("add", "gelu"))),
+    ("fallback", lambda: wl.softmax(16, 256)),
+]
+
+
+@pytest.mark.parametrize("rule_name, make", REAL, ids=[f"{r}-{i}" for i, (r, _) in enumerate(REAL)])
+@pytest.mark.parametrize("target", ["h100", "t4"])
+def test_every_rule_space_keeps_the_contract(rule_name, make, target) -> None:
+    func = make()
+    rule = rules.get_rule(rule_name)
+    profile = sl.hw.load(target)
+    space = rule.space(func, profile)
+    assert space.rule == rule_name
+    assert len(set(space.names)) == len(space.names)
+    assert all(k.values and len(set(map(repr, k.values))) == len(k.values) for k in space.knobs)
+    points = list(space.enumerate())
+    assert 0 < len(points) <= space.size
+    assert len({str(p) for p in points}) == len(points)
+    assert all(space.is_legal(p) for p in points)
+    product = [dict(zip(space.names, v)) for v in itertools.product(*(k.values for k in space.knobs))]
+    assert len(product) == space.size
+    assert sum(space.is_legal(c) for c in product) == len(points)
+    rng = random.Random(1)
+    for _ in range(10):
+        c = space.sample(rng)
+        assert c in points
+    default = rule.default_config(func, profile)
+    assert default in points, f"default {default} is not a legal point of the {rule_name} space"
+    tiling = rule.tiling(func, profile, default)
+    if rule_name == "fallback":
+        assert tiling is None
+    else:
+        assert tiling is not None and 0 < tiling.threads <= profile.max_threads_per_block
+        assert 0 <= tiling.shared_bytes <= profile.shared_memory_per_block

@@ -1,0 +1,111 @@
+"""The tuning database: keys, storages, resuming without re-measuring, and apply_best's refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+import schedlib
+import schedlib.search as S
+from schedlib.cache import cache_dir
+from schedlib.search.records import COUNTED
+
+from .helpers import CountingReplay, matmul_table
+
+
+def test_key_round_trips_through_the_study_name() -> None:
+    func, _ = matmul_table(256, 256, 256)
+    key = S.TuningKey.for_workload(func, "h100", "matmul", "replay-abc")
+    assert S.TuningKey.parse(key.study_name) == key
+    assert key.version == schedlib.__version__ and key.schema == S.SCHEMA_VERSION
+    assert key.workload == S.workload_hash(func) != S.workload_hash(matmul_table(256, 256, 512)[0])
+    assert S.TuningKey.parse("some other study") is None
+
+
+def test_default_storage_is_sqlite_in_the_cache_and_resume_never_remeasures(private_cache: Path) -> None:
+    func, table = matmul_table(512, 512, 512)
+    first = CountingReplay(table)
+    res1 = S.tune(func, "h100", trials=12, strategy="random", backend=first, quiet=True, seed=1)
+    assert (cache_dir("tuning") / "tuning.sqlite3").is_file()
+    assert len(first.measured) == 12 and res1.measured_now == 12
+    second = CountingReplay(table)
+    res2 = S.tune(func, "h100", trials=25, strategy="random", backend=second, quiet=True, seed=1)
+    assert len(second.measured) == 13 and res2.measured_now == 13
+    before = {S.config_key(c) for c in first.measured}
+    assert not before & {S.config_key(c) for c in second.measured}, "a recorded config was measured again"
+    counted = res2.records[res2.records["status"].isin(COUNTED)]
+    assert len(counted) == 25 and counted["config_key"].is_unique
+    first_rows = res1.records.set_index("config_key")["time_us"]
+    assert counted.set_index("config_key")["time_us"].loc[first_rows.index].equals(first_rows)
+    third = CountingReplay(table)
+    res3 = S.tune(func, "h100", trials=25, strategy="random", backend=third, quiet=True)
+    assert third.measured == [] and res3.best_config == res2.best_config  # complete: nothing to do
+
+
+@pytest.mark.parametrize("kind", ["sqlite-path", "sqlite-url", "journal"])
+def test_storages_by_path_or_url(tmp_path: Path, kind: str) -> None:
+    storage = {"sqlite-path": str(tmp_path / "t.db"), "sqlite-url": f"sqlite:///{tmp_path / 'u.db'}",
+               "journal": str(tmp_path / "t.log")}[kind]
+    func, table = matmul_table(256, 256, 256)
+    res = S.tune(func, "h100", trials=6, strategy="tpe", storage=storage, backend=S.ReplayBackend(table),
+                 quiet=True)
+    names = optuna.get_all_study_names(S.database.resolve_storage(storage)[0])
+    assert names == [res.key.study_name]
+    sch = S.apply_best(func, "h100", storage)
+    assert sch.config == res.best_config and sch.rule == "matmul"
+
+
+def test_apply_best_returns_the_recorded_best_and_refuses_other_shapes(tmp_path: Path) -> None:
+    storage = tmp_path / "db.log"
+    func, table = matmul_table(512, 512, 512)
+    backend = S.ReplayBackend(table)
+    res = S.tune(func, "h100", trials=20, strategy="evolutionary", storage=storage, backend=backend, quiet=True)
+    best_row = res.records.loc[res.records["time_us"].idxmin()]
+    assert res.best_config == best_row["config"] and res.best_time_us == best_row["time_us"]
+    sch = S.apply_best(func, "h100", storage)
+    assert isinstance(sch, schedlib.Schedule) and sch.config == res.best_config
+    assert sch.trace == res.best_schedule.trace
+    other, _ = matmul_table(512, 512, 1024)
+    with pytest.raises(S.NoRecordError, match=r"no tuning record for func matmul\(A: float32\[512, 1024\]") as info:
+        S.apply_best(other, "h100", storage)
+    assert "float32[512, 512]" in str(info.value), "the error should list what is recorded"
+    with pytest.raises(S.NoRecordError, match="on a100"):
+        S.apply_best(func, "a100", storage)
+    with pytest.raises(S.NoRecordError, match="from backend gpu"):
+        S.apply_best(func, "h100", storage, backend="gpu")
+    with pytest.raises(S.NoRecordError, match="does not exist"):
+        S.apply_best(func, "h100", tmp_path / "missing.db")
+
+
+def test_apply_best_refuses_records_of_another_schedlib_version(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = tmp_path / "db.sqlite3"
+    func, table = matmul_table(256, 256, 256)
+    S.tune(func, "h100", trials=4, strategy="random", storage=storage, backend=S.ReplayBackend(table), quiet=True)
+    monkeypatch.setattr(schedlib, "__version__", "99.0.0")
+    with pytest.raises(S.NoRecordError, match=r"schedlib 99\.0\.0.*schedlib 0\.1\.0"):
+        S.apply_best(func, "h100", storage)
+
+
+def test_apply_best_prefers_gpu_records_over_estimates(tmp_path: Path) -> None:
+    storage = tmp_path / "db.log"
+    func, table = matmul_table(256, 256, 256)
+    slow = [{"config": r["config"], "time_us": r["time_us"] * (3 if i else 1)} for i, r in enumerate(table)]
+    gpu_like = S.ReplayBackend(table)
+    gpu_like._key = "gpu"  # pretend these are GPU measurements
+    a = S.tune(func, "h100", trials=8, strategy="random", storage=storage, backend=gpu_like, quiet=True, seed=1)
+    S.tune(func, "h100", trials=8, strategy="random", storage=storage, backend=S.ReplayBackend(slow), quiet=True,
+           seed=2, warm_start=False)
+    assert S.apply_best(func, "h100", storage).config == a.best_config
+
+
+def test_a_study_refuses_a_func_with_the_same_hash_but_other_text(tmp_path: Path) -> None:
+    func, table = matmul_table(256, 256, 256)
+    res = S.tune(func, "h100", trials=2, strategy="random", storage=tmp_path / "x.log",
+                 backend=S.ReplayBackend(table), quiet=True)
+    res.study.set_user_attr("func_text", "something else")
+    with pytest.raises(schedlib.SchedlibError, match="different func with the same hash"):
+        S.tune(func, "h100", trials=3, strategy="random", storage=tmp_path / "x.log",
+               backend=S.ReplayBackend(table), quiet=True)

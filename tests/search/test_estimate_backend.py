@@ -1,0 +1,39 @@
+"""The estimate backend and the carver warm start (skipped while ``schedlib.carver`` is not importable)."""
+
+from __future__ import annotations
+
+import pytest
+
+import schedlib as sl
+import schedlib.search as S
+
+try:
+    from schedlib.carver import carve, estimate
+except ImportError as exc:  # the carver is written concurrently; until it lands these tests cannot run
+    pytest.skip(f"schedlib.carver.estimate is not importable yet ({exc})", allow_module_level=True)
+
+
+def test_estimate_backend_measures_the_carver_estimate() -> None:
+    func = sl.workloads.matmul(1024, 1024, 1024)
+    res = S.tune(func, "h100", trials=12, strategy="evolutionary", storage="memory", quiet=True, seed=0)
+    assert res.key.backend == "estimate"
+    ok = res.records[res.records["status"] == "ok"]
+    assert len(ok) == 12
+    for _, row in ok.head(4).iterrows():
+        assert row["time_us"] == pytest.approx(estimate(func, "h100", row["config"])["est_time_us"])
+
+
+def test_warm_start_enqueues_the_default_and_the_carver_top_k() -> None:
+    func = sl.workloads.matmul(2048, 2048, 512)
+    res = S.tune(func, "h100", trials=6, strategy="random", storage="memory", quiet=True, topk=5)
+    sources = list(res.records["source"])
+    assert sources[0] == "default" and sources[1:6].count("carver") >= 4, sources
+    top = carve(func, "h100", topk=5)
+    best_carved = float(top["est_time_us"].min())
+    assert res.best_time_us == pytest.approx(best_carved), "the carver's best must be among the warm-start trials"
+
+
+def test_without_warm_start_nothing_is_enqueued() -> None:
+    func = sl.workloads.matmul(512, 512, 512)
+    res = S.tune(func, "h100", trials=5, strategy="random", storage="memory", quiet=True, warm_start=False)
+    assert set(res.records["source"]) == {"random"}

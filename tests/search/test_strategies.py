@@ -1,0 +1,87 @@
+"""Every strategy on the replay backend: exhausts a small space without repeating itself (so it finds the
+known best), and the model-guided ones beat random search on a structured recorded space."""
+
+from __future__ import annotations
+
+import pytest
+
+import schedlib.search as S
+from schedlib.search.records import COUNTED, trials_to_reach
+
+from .helpers import CountingReplay, ToyRule, matmul_table, toy_func, toy_table
+
+ALL = list(S.STRATEGIES)
+
+
+def _needs(strategy: str) -> None:
+    if strategy == "cmaes":
+        pytest.importorskip("cmaes", reason="Optuna's CMA-ES sampler needs the 'cmaes' package")
+
+
+@pytest.mark.parametrize("strategy", ALL)
+def test_every_strategy_finds_the_known_best_of_a_small_space(strategy: str) -> None:
+    _needs(strategy)
+    rule, func = ToyRule(), toy_func()
+    backend = CountingReplay(toy_table(rule, func))
+    legal = len(list(rule.space(func, "h100").enumerate()))
+    res = S.tune(func, "h100", trials=legal, strategy=strategy, storage="memory", backend=backend, rule=rule,
+                 quiet=True, seed=3)
+    best_config, best_time = backend.best
+    assert res.best_config == best_config
+    assert res.best_time_us == pytest.approx(best_time)
+    assert res.best_schedule is not None and res.best_schedule.config == best_config
+    measured = [S.config_key(c) for c in backend.measured]
+    assert len(measured) == len(set(measured)) == legal, "a config was measured twice or one was skipped"
+    counted = res.records[res.records["status"].isin(COUNTED)]
+    assert len(counted) == legal and counted["config_key"].is_unique
+    assert list(res.history.index) == list(range(1, legal + 1))
+    assert res.history.iloc[-1] == pytest.approx(best_time)
+    assert (res.history.diff().dropna() <= 0).all()
+
+
+@pytest.mark.parametrize("strategy", ["tpe", "nsga2", "evolutionary"])
+def test_model_guided_strategies_beat_random_on_a_structured_space(strategy: str) -> None:
+    func, table = matmul_table(1024, 1024, 1024, seed=1)
+    backend = S.ReplayBackend(table)
+    _, best = backend.best
+    target = best / 0.97
+    good = sum(1 for r in table if r["time_us"] <= target)
+    random_expected = (len(table) + 1) / (good + 1)  # uniform sampling without replacement
+    assert random_expected > 300, "the space should make random search slow (few configs within 3%)"
+    needed = []
+    for seed in (0, 1):
+        res = S.tune(func, "h100", trials=150, strategy=strategy, storage="memory", backend=backend, quiet=True,
+                     seed=seed, warm_start=False, features="knobs", stop_below_us=target)
+        needed.append(trials_to_reach(res.history, target))
+    assert None not in needed, f"{strategy} did not get within 3% of the best in 150 trials: {needed}"
+    assert sum(needed) / len(needed) <= random_expected / 3, (needed, random_expected)
+
+
+def test_cmaes_records_illegal_points_as_typed_failures() -> None:
+    _needs("cmaes")
+    rule, func = ToyRule(), toy_func()
+    res = S.tune(func, "h100", trials=20, strategy="cmaes", storage="memory", backend=S.ReplayBackend(toy_table()),
+                 rule=rule, quiet=True, seed=0, warm_start=False)
+    trials = res.trials
+    illegal = trials[trials["status"] == "illegal"]
+    assert len(illegal) > 0, "the toy space is 1/8 illegal; CMA-ES should have proposed some illegal point"
+    assert (illegal["a"] + illegal["b"] > 5).all()
+    assert illegal["error"].str.contains("a \\+ b > 5").all()
+    assert (res.records["status"].isin(COUNTED)).sum() == 20
+
+
+def test_screening_uses_the_model_once_it_is_trained() -> None:
+    func, table = matmul_table(512, 512, 512)
+    res = S.tune(func, "h100", trials=30, strategy="tpe", storage="memory", backend=S.ReplayBackend(table),
+                 quiet=True, warm_start=False, features="knobs")
+    sources = set(res.records["source"])
+    assert "tpe+model" in sources, sources
+    assert res.cost_model is not None and res.cost_model.trained
+
+
+def test_unknown_strategy_and_bad_trials_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown strategy 'annealing'"):
+        S.tune(toy_func(), "h100", trials=4, strategy="annealing", storage="memory",
+               backend=S.ReplayBackend(toy_table()), rule=ToyRule())
+    with pytest.raises(ValueError, match="trials=0"):
+        S.tune(toy_func(), "h100", trials=0, storage="memory", backend=S.ReplayBackend(toy_table()), rule=ToyRule())
