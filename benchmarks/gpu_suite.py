@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import schedlib as sl  # noqa: E402
-from schedlib.report import compare, markdown_table  # noqa: E402
-from schedlib.suites import WorkloadSpec  # noqa: E402
+import schedlib as sl
+from schedlib.report import compare, markdown_table
+from schedlib.suites import WorkloadSpec
 
 SUITE = [
     WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float32"}, "matmul_fp32_4096"),

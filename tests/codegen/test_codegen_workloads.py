@@ -20,6 +20,7 @@ import schedlib as sl
 from schedlib import rules
 from schedlib.codegen.layout import const_bytes
 
+
 def _static_params() -> list:
     out = []
     for case in CASES:
