@@ -37,7 +37,7 @@ class WorkloadSpec:
 
     @property
     def text(self) -> str:
-        args = ",".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
+        args = ",".join(f"{k}={_fmt(k, v)}" for k, v in self.params.items())
         return f"{self.kind}:{args}" if args else self.kind
 
     def scaled(self, limit: int) -> WorkloadSpec:
@@ -51,10 +51,11 @@ class WorkloadSpec:
 SIZE_PARAMS = {"M", "N", "K", "rows", "cols", "batch"}
 
 
-def _fmt(v: Any) -> str:
+def _fmt(key: str, v: Any) -> str:
+    """The spec-string spelling of a parameter, the inverse of :func:`_value`."""
     if isinstance(v, (list, tuple)):
-        return "x".join(str(x) for x in v)
-    return str(v)
+        return ("+" if key == "chain" else "x").join(str(x) for x in v)
+    return f"${v.name}" if hasattr(v, "name") and not isinstance(v, str) else str(v)
 
 
 def _value(key: str, text: str) -> Any:

@@ -1,0 +1,104 @@
+"""The ``schedlib`` command end to end, in a subprocess, with no GPU."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from schedlib.report import COLUMNS
+from schedlib.suites import parse_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "schedlib", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=600)
+
+
+def test_demo_writes_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    proc = run("demo", "--out", str(out), "--trials", "4", "--limit", "33")
+    assert proc.returncode == 0, proc.stderr
+    assert "9/9 workloads verified" in proc.stdout
+    assert str(out) in proc.stdout
+    df = pd.read_csv(out / "report.csv")
+    assert list(df.columns) == COLUMNS
+    timed = df[df["method"] != "vendor"]
+    assert len(timed) == 9 * 4  # rule, carver, carver_best_of_k, search per workload
+    assert timed["time_us"].map(math.isfinite).all() and (timed["time_us"] > 0).all()
+    assert (timed["source"] == "estimated").all() and not timed["measured"].any()
+    assert (df[df["method"] == "vendor"]["source"] == "needs a GPU").all()
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 10  # one bar chart per workload + convergence
+    assert (out / "report.md").read_text().startswith("# schedlib demo")
+
+
+def test_schedule_with_emulate_and_explain() -> None:
+    proc = run("schedule", "softmax:rows=$M,cols=48", "--explain", "--emulate")
+    assert proc.returncode == 0, proc.stderr
+    assert "rule: general_reduction" in proc.stdout
+    assert "general_reduction: APPLIES" in proc.stdout
+    assert "# trace" in proc.stdout and "# loop nest" in proc.stdout and "__global__" in proc.stdout
+    err = float(proc.stdout.rsplit("max relative error", 1)[1].split()[0])
+    assert err < 1e-5
+
+
+def test_carve_prints_the_ranked_table() -> None:
+    proc = run("carve", "matmul:M=512,N=512,K=512,dtype=float16", "--topk", "3")
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert "est_time_us" in lines[0] and len(lines) == 4
+
+
+def test_tune_on_the_estimate_backend(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    proc = run("tune", "gemv:N=1024,K=1024,dtype=float16", "--trials", "6", "--storage", storage,
+               "--backend", "estimate", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("best: ")
+    assert (tmp_path / "tune.db").exists()
+
+
+def test_compare_writes_csv_with_documented_columns(tmp_path: Path) -> None:
+    proc = run("compare", "--workload", "reduce:rows=256,cols=512", "--workload", "transpose:M=128,N=64",
+               "--methods", "rule", "carver", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    df = pd.read_csv(tmp_path / "r" / "report.csv")
+    assert list(df.columns) == COLUMNS
+    assert set(df["method"]) == {"rule", "carver", "carver_best_of_k"}
+    assert df["pct_roofline"].map(math.isfinite).all()
+
+
+@pytest.mark.parametrize("args", [
+    ("schedule", "nosuch:M=3"),
+    ("schedule", "matmul:M=-4"),
+    ("schedule", "matmul:Q=4"),
+    ("schedule", "matmul:M"),
+    ("schedule", "matmul:M=8", "--target", "nosuchgpu"),
+    ("carve", "matmul", "--topk", "0"),
+    ("tune", "matmul", "--strategy", "annealing"),
+    ("compare", "--suite", "nosuch"),
+    ("compare", "--workload", "transpose:M=8,N=8", "--methods", "rule", "--out", "/proc/forbidden/report"),
+    ("profiles", "show", "nosuchgpu"),
+    ("frobnicate",),
+])
+def test_bad_arguments_give_one_line_and_exit_2(args: tuple[str, ...]) -> None:
+    proc = run(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("schedlib: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_spec_round_trip() -> None:
+    for text in ("matmul:M=64,N=32,K=16,dtype=float16,epilogue=bias_relu", "elementwise:shape=8x8,chain=add+gelu",
+                 "softmax:rows=$M,cols=64"):
+        assert parse_workload(text).text == text
