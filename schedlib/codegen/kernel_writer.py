@@ -58,7 +58,7 @@ class KernelWriter:
         self.name = mangle(f"{func.name}_{root.name}")
         self.scratch = scratch
         self.lines: list[str] = []
-        self.decls: list[str] = []
+        self.scratch_arrays: list[tuple[str, str, int]] = []  # (C type, name, elements) for reductions
         self.depth = 1
         self.last_sync = False
         self.n_red = 0
@@ -81,6 +81,8 @@ class KernelWriter:
                         raise BuildError(f"block {b.name} binds {lp.name} to {lp.thread}, but only the "
                                          f"outermost block of a kernel ({self.root.name}) may bind blockIdx")
                     self.grid[lp.thread] = lp.extent
+        if self.threads["threadIdx.z"] > 64:
+            raise BuildError(f"kernel {self.name}: threadIdx.z extent {self.threads['threadIdx.z']} exceeds 64")
         self.n_threads = math.prod(self.threads.values())
         if self.n_threads > 1024:
             raise BuildError(f"kernel {self.name}: {self.n_threads} threads per block exceed 1024")
@@ -359,7 +361,7 @@ class KernelWriter:
         linear = f"(threadIdx.x + {dx} * (threadIdx.y + {dy} * threadIdx.z))"
         if tag == "threadIdx.x" and pow2 and size % 32 == 0:
             warps = size // 32
-            self.decls.append(f"SL_SHARED({acc}, {buf}, {max(self.n_threads // 32, 1)});")
+            self.scratch_arrays.append((acc, buf, max(self.n_threads // 32, 1)))
             self._emit("#pragma unroll")
             partner = "__shfl_xor_sync(0xffffffffu, sl_red, sl_off, 32)"
             self._emit(f"for (int sl_off = 16; sl_off > 0; sl_off >>= 1) "
@@ -373,7 +375,7 @@ class KernelWriter:
             self._sync()
             return
         # General case: every thread publishes its partial, then folds its group's partials in order.
-        self.decls.append(f"SL_SHARED({acc}, {buf}, {self.n_threads});")
+        self.scratch_arrays.append((acc, buf, self.n_threads))
         stride = {"threadIdx.x": 1, "threadIdx.y": dx, "threadIdx.z": dx * dy}[tag]
         self._emit(f"{buf}[{linear}] = sl_red;")
         self._sync()
@@ -388,25 +390,26 @@ class KernelWriter:
         self.chain(self.root, _Ctx())
         body = self.lines
         decls: list[str] = []
-        static = sum(const_bytes(b) for b in self.shared)
-        dynamic = 0
-        if static > STATIC_SMEM_LIMIT:
+        # Every shared array, tiles and reduction scratch alike, rounded to its 16-byte alignment.
+        arrays = [(ctype(b.dtype), mangle(b.name), as_int(size_elements(b)) or 0, const_bytes(b))
+                  for b in self.shared]
+        arrays += [(t, name, n, n * 4 if t in ("float", "int") else n * 8) for t, name, n in self.scratch_arrays]
+        total = sum((nbytes + 15) // 16 * 16 for *_, nbytes in arrays)
+        static, dynamic = total, 0
+        if total > STATIC_SMEM_LIMIT:
             decls.append("SL_DYN_SHARED(sl_smem);")
             offset = 0
-            for b in self.shared:
-                n = as_int(size_elements(b))
-                decls.append(f"SL_SHARED_VIEW({ctype(b.dtype)}, {mangle(b.name)}, sl_smem, {offset}, {n});")
-                offset += (const_bytes(b) + 15) // 16 * 16
+            for t, name, n, nbytes in arrays:
+                decls.append(f"SL_SHARED_VIEW({t}, {name}, sl_smem, {offset}, {n});")
+                offset += (nbytes + 15) // 16 * 16
             dynamic, static = offset, 0
         else:
-            for b in self.shared:
-                decls.append(f"SL_SHARED({ctype(b.dtype)}, {mangle(b.name)}, {as_int(size_elements(b))});")
+            decls += [f"SL_SHARED({t}, {name}, {n});" for t, name, n, _ in arrays]
         for b in self.local:
             n = as_int(size_elements(b))
             if n is None:
                 raise BuildError(f"local buffer {b.name} has symbolic size; compact it with compute_at")
             decls.append(f"{ctype(b.dtype)} {mangle(b.name)}[{n}];")
-        decls += self.decls
         params = []
         for p in self.params:
             if p in self.func.symbols:

@@ -21,8 +21,8 @@ def require_cupy() -> Any:
     try:
         import cupy
     except ImportError:
-        raise BuildError("running on the GPU needs cupy: pip install 'schedlib[cuda12]' or 'schedlib[cuda13]'"
-                         ) from None
+        raise BuildError("running on the GPU needs cupy: pip install 'schedlib[cuda12]' or 'schedlib[cuda13]'; "
+                         "without a GPU use Kernel.run_cpu to emulate") from None
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # cupy raises CUDARuntimeError without a driver
@@ -68,7 +68,15 @@ def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
     cp = require_cupy()
     func = kernel.func
     names = [*func.inputs, *func.outputs]
+    kernel._split_args(arrays)  # count check first, so extra arrays are refused rather than dropped
     arrays = [to_device(cp, a, n) for a, n in zip(arrays, names)]
+    n_in = len(func.inputs)
+    for i, (a, n) in enumerate(zip(arrays, names)):
+        if a.data.ptr % 16:
+            if i >= n_in:
+                raise ShapeError(f"output {n} starts at an address that is not 16-byte aligned; "
+                                 "pass a freshly allocated array")
+            arrays[i] = cp.array(a, copy=True)  # vector loads need 16-byte alignment
     inputs, outputs = kernel._split_args(arrays)
     symbols = bind_symbols(func, inputs)
     args: dict[str, Any] = {}

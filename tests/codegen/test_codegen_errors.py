@@ -252,9 +252,6 @@ def test_call_without_a_gpu_points_at_run_cpu(no_gpu: None, matmul_kernel: sl.Ke
         matmul_kernel(A, B)
 
 
-@pytest.mark.xfail(strict=True, reason="runtime nit (gpu.require_cupy): with cupy not installed the BuildError says "
-                   "\"running on the GPU needs cupy: pip install ...\" but, unlike the no-device message, does not "
-                   "point at Kernel.run_cpu")
 def test_call_without_cupy_points_at_run_cpu(monkeypatch: pytest.MonkeyPatch, matmul_kernel: sl.Kernel,
                                              rng: np.random.Generator) -> None:
     monkeypatch.setitem(sys.modules, "cupy", None)  # `import cupy` now raises ImportError

@@ -72,9 +72,6 @@ def test_host_arrays_are_refused_with_a_pointer_to_run_cpu(cupy: Any, rng: np.ra
         k(A, B, bias)
 
 
-@pytest.mark.xfail(strict=True, reason="runtime bug (gpu.launch_on_gpu): arrays are zipped with the input+output "
-                   "names before the count is checked, so extra arrays are silently dropped instead of raising the "
-                   "ShapeError run_cpu raises")
 def test_too_many_arrays_are_refused_on_gpu(cupy: Any, rng: np.random.Generator) -> None:
     func, k = _symbolic_kernel(CASES[0])
     arrays = [cupy.asarray(x) for x in random_inputs(func, rng, {"M": 7})]
@@ -108,9 +105,6 @@ MISALIGNED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="runtime bug (gpu.launch_on_gpu): a C-contiguous device view that does not "
-                   "start on a 16-byte boundary is passed as is, so the kernel's 16-byte SL_VLOAD of B faults with "
-                   "a misaligned address (the emulator hides this by staging unaligned arrays in aligned copies)")
 def test_misaligned_device_views_are_safe(cupy: Any) -> None:
     """Run in a child process: a misaligned-address fault poisons the CUDA context for every later test."""
     here = Path(__file__).resolve().parent

@@ -402,10 +402,6 @@ def test_register_writeback_of_a_tile_overhanging_a_constant_dim(rng: np.random.
 
 
 @pytest.mark.nvcc
-@pytest.mark.xfail(strict=True, raises=sl.CompileError,
-                   reason="codegen bug (kernel_writer.write): the 48 KB static/dynamic decision counts only the "
-                   "schedule's shared buffers, not the cross-thread reduction scratch sl_red_buf*; exactly 48 KB "
-                   "of tiles plus 16 B of reduction scratch stays static and ptxas rejects 49168 B")
 def test_shared_tiles_of_exactly_48kb_plus_reduction_scratch_compile() -> None:
     k = sl.build(reduce_through_shared(6144), "sm_90")  # a [2, 6144] float32 tile: exactly 49152 bytes
     report = k.compile_check("sm_90")
@@ -414,9 +410,6 @@ def test_shared_tiles_of_exactly_48kb_plus_reduction_scratch_compile() -> None:
 
 
 @pytest.mark.nvcc
-@pytest.mark.xfail(strict=True, reason="codegen bug (kernel_writer.write): KernelSpec.static_smem counts neither the "
-                   "sl_red_buf* arrays of cross-thread reductions nor the padding of each __align__(16) array, so it "
-                   "under-reports what ptxas allocates (softmax: 404 B in the spec, 440 B in SASS)")
 def test_static_shared_size_of_the_spec_covers_what_ptxas_allocates() -> None:
     _, k = case_kernel("softmax")  # 4 B + 400 B of tiles, two cross-warp reductions with 8 B of scratch each
     (spec,) = k.module.kernels
@@ -424,9 +417,6 @@ def test_static_shared_size_of_the_spec_covers_what_ptxas_allocates() -> None:
     assert spec.static_smem >= res.shared_static_bytes
 
 
-@pytest.mark.xfail(strict=True, reason="codegen gap (kernel_writer._launch): only the 1024-thread total is "
-                   "checked; blockDim.z > 64 is accepted by sl.build and only rejected at launch (the emulator "
-                   "refuses it)")
 def test_threadidx_z_over_64_is_a_build_error() -> None:
     s = sl.Schedule(sl.workloads.elementwise((sl.var("M"), 128), ("relu",)))
     i, j = s.get_loops("E0")
@@ -437,9 +427,6 @@ def test_threadidx_z_over_64_is_a_build_error() -> None:
 
 
 @pytest.mark.nvcc
-@pytest.mark.xfail(strict=True, reason="codegen nit (cuda_expr.HELPERS): every source defines sl_floordiv/"
-                   "sl_floormod whether used or not, so nvcc warns '#177-D: function \"sl_floormod\" was declared "
-                   "but never referenced' for every kernel, burying real warnings")
 def test_generated_source_compiles_without_warnings() -> None:
     _, k = case_kernel("transpose")
     log = k.compile_check("sm_90").log
