@@ -29,6 +29,7 @@ from schedlib.ir.simplify import conjuncts, free_vars, simplify, substitute, var
 from schedlib.ir.tensor import identity
 
 STATIC_SMEM_LIMIT = 48 * 1024
+SYMBOL_PREFIX = "$"  # launch parameters that are symbolic sizes, not buffers
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 
@@ -64,6 +65,9 @@ class KernelWriter:
         self.n_red = 0
         self.bindings: dict[str, Expr] = {}
         self.ranges: dict[str, tuple[int, int]] = {}
+        # A dimension may share its name with a buffer (sl.var("R") sizing buffer R): rename the int.
+        buffers = {mangle(b.name) for b in func.buffers}
+        self.symbol_names = {sym: mangle(sym) + ("_dim" if mangle(sym) in buffers else "") for sym in func.symbols}
         self.printer = ExprPrinter(self._load, self._var)
         self._launch()
         self._buffers()
@@ -103,11 +107,12 @@ class KernelWriter:
                                  f"(by {', '.join(sorted(users - self.names))}); it cannot outlive the kernel")
             (self.shared if buf.scope == "shared" else self.local).append(buf)
         order = [*self.func.inputs, *self.func.outputs, *sorted(self.scratch)]
-        self.params = tuple(n for n in order if n in used) + tuple(self.func.symbols)
+        # Symbolic sizes are keyed "$name" so a size never shadows a buffer of the same name.
+        self.params = tuple(n for n in order if n in used) + tuple(SYMBOL_PREFIX + s for s in self.func.symbols)
 
     # printing helpers ------------------------------------------------------------------------
     def _var(self, name: str) -> str:
-        return mangle(name)
+        return self.symbol_names.get(name) or mangle(name)
 
     def _index(self, buf: Buffer, indices: tuple[Expr, ...]) -> str:
         """Flat index with the block's bindings substituted and simplified under the loop ranges, so
@@ -412,8 +417,8 @@ class KernelWriter:
             decls.append(f"{ctype(b.dtype)} {mangle(b.name)}[{n}];")
         params = []
         for p in self.params:
-            if p in self.func.symbols:
-                params.append(f"int {mangle(p)}")
+            if p.startswith(SYMBOL_PREFIX):
+                params.append(f"int {self.symbol_names[p[len(SYMBOL_PREFIX):]]}")
             else:  # inputs are read-only, so read-only host arrays and const device memory are accepted
                 const = "const " if p in self.func.inputs else ""
                 params.append(f"SL_GLOBAL({const}{ctype(self.func.buffer(p).dtype)}) {mangle(p)}")

@@ -102,7 +102,7 @@ def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
         fn = module.get_function(spec.name)
         if spec.dynamic_smem > STATIC_SMEM_LIMIT:
             fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
-        params = tuple(np.int32(symbols[p]) if p in symbols else args[p] for p in spec.params)
+        params = tuple(np.int32(symbols[p[1:]]) if p.startswith("$") else args[p] for p in spec.params)
         fn(spec.grid_for(symbols), spec.block, params, shared_mem=spec.dynamic_smem)
     for name, arr in outputs.items():
         if func.buffer(name).dtype == "bfloat16":

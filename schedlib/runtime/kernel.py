@@ -103,7 +103,7 @@ class Kernel:
         for buf in self.module.scratch:
             shape = tuple(evaluate_int(d, symbols) for d in buf.shape)
             args[buf.name] = np.zeros(shape, dtype=np.uint16 if buf.dtype == "bfloat16" else numpy_dtype(buf.dtype))
-        args.update({s: int(v) for s, v in symbols.items()})
+        args.update({f"${s}": int(v) for s, v in symbols.items()})  # symbol parameters are keyed "$name"
         launches = [KernelLaunch(spec.name, spec.grid_for(symbols), spec.block, spec.params, spec.dynamic_smem)
                     for spec in self.launch]
         emulate(self.source, launches, args, bounds_check=bounds_check, threads=threads)

@@ -171,7 +171,7 @@ def test_every_symbolic_dim_becomes_an_int_parameter(rng: np.random.Generator) -
     f = sl.workloads.matmul(M, N, K, epilogue="bias")
     k = sl.build(schedule_matmul(f), "sm_90")
     (spec,) = k.launch
-    assert spec.params == ("A", "B", "bias", "D", *f.symbols)
+    assert spec.params == ("A", "B", "bias", "D", *(f"${s}" for s in f.symbols))
     head = signature(only_body(k))
     for name in f.symbols:
         assert f"int {name}" in head
@@ -295,10 +295,10 @@ def _softmax_module_checks(k: sl.Kernel) -> None:
     assert all(b.scope == "global" for b in k.module.scratch)
     params = {spec.name: spec.params for spec in k.launch}
     # Each kernel gets the scratch it writes or reads; the writer is launched before every reader.
-    assert set(params["softmax_T_max"]) == {"X", "T_max", "M"}
-    assert set(params["softmax_T_exp"]) == {"X", "T_max", "T_exp", "M"}
-    assert set(params["softmax_T_sum"]) == {"T_exp", "T_sum", "M"}
-    assert set(params["softmax_Y"]) == {"T_exp", "T_sum", "Y", "M"}
+    assert set(params["softmax_T_max"]) == {"X", "T_max", "$M"}
+    assert set(params["softmax_T_exp"]) == {"X", "T_max", "T_exp", "$M"}
+    assert set(params["softmax_T_sum"]) == {"T_exp", "T_sum", "$M"}
+    assert set(params["softmax_Y"]) == {"T_exp", "T_sum", "Y", "$M"}
     bodies = kernel_bodies(k.source)
     assert list(bodies) == SOFTMAX_KERNELS  # defined in launch order too
     assert "SL_GLOBAL(float) T_exp" in signature(bodies["softmax_Y"])
@@ -328,7 +328,7 @@ def test_fused_softmax_needs_no_scratch() -> None:
     _, k = case_kernel("softmax")
     assert [spec.name for spec in k.launch] == ["softmax_Y"]
     assert k.module.scratch == ()
-    assert k.launch[0].params == ("X", "Y", "rows")
+    assert k.launch[0].params == ("X", "Y", "$rows")
 
 
 @pytest.mark.emulator
@@ -350,7 +350,7 @@ def test_global_scratch_inside_one_kernel_is_fenced_by_barriers(rng: np.random.G
     k = sl.build(s, "sm_90")
     assert [spec.name for spec in k.launch] == ["softmax_Y"]
     assert [b.name for b in k.module.scratch] == ["T_max", "T_exp", "T_sum"]
-    assert set(k.launch[0].params) == {"X", "Y", "T_max", "T_exp", "T_sum", "M"}
+    assert set(k.launch[0].params) == {"X", "Y", "T_max", "T_exp", "T_sum", "$M"}
     order = [e for e in events(only_body(k)) if e == "sync" or e.startswith(("T_", "Y"))]
     stages = [e for e in order if e != "sync"]
     assert stages == ["T_max", "T_exp", "T_sum", "Y"]

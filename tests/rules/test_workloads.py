@@ -205,11 +205,6 @@ def test_fallback_applied_explicitly(case: Case, rng: np.random.Generator, toolc
     assert all(spec.block == (64, 1, 1) for spec in kernel.launch), [spec.block for spec in kernel.launch]
 
 
-@pytest.mark.xfail(strict=True, raises=(sl.CompileError, sl.EmulatorError), reason=(
-    "BUG (codegen): a symbolic dimension named like a buffer (sl.var('R') as the rows of reduce, whose output "
-    "buffer is R) becomes a second kernel parameter 'int R' next to 'float* R': nvcc fails with 'duplicate "
-    "parameter name', g++ (emulator) with 'redefinition of int R'.  make_func/build should reject the clash "
-    "with a clear error or rename the parameter"))
 def test_symbol_named_like_a_buffer(rng: np.random.Generator, toolchain: None) -> None:
     func = wl.reduce(sl.var("R"), 100, "sum")
     try:
