@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, literal, mangle
+from schedlib.codegen.cross_thread import CrossThreadReduction
+from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, mangle
 from schedlib.codegen.layout import const_bytes, flatten, size_elements
 from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
 from schedlib.errors import BuildError
@@ -26,7 +27,6 @@ from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Const, Expr, Load, as_int
 from schedlib.ir.func import Block, Buffer, Func, Loop
 from schedlib.ir.simplify import conjuncts, free_vars, simplify, substitute, var_ranges
-from schedlib.ir.tensor import identity
 
 STATIC_SMEM_LIMIT = 48 * 1024
 SYMBOL_PREFIX = "$"  # launch parameters that are symbolic sizes, not buffers
@@ -50,7 +50,7 @@ class KernelSpec:
     static_smem: int
 
 
-class KernelWriter:
+class KernelWriter(CrossThreadReduction):
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
         self.func = func
         self.root = root
@@ -281,114 +281,6 @@ class KernelWriter:
         self._emit(f"// block {block.name}: {width}-wide vector copy")
         self._emit(f"if ({' && '.join(conds)}) {copy}" if conds else copy)
         return True
-
-    def _reduction_region(self, block: Block) -> int | None:
-        """Index of the first reduce loop when some reduce loop is bound to a thread index."""
-        if block.reducer is None:
-            return None
-        kinds = [block.loop_kind(lp.name) for lp in block.loops]
-        if not any(k == "R" and lp.thread in THREAD_TAGS for k, lp in zip(kinds, block.loops)):
-            return None
-        start = kinds.index("R")
-        for lp, k in zip(block.loops[start:], kinds[start:]):
-            if k == "S":
-                raise BuildError(f"block {block.name}: spatial loop {lp.name} lies inside a cross-thread "
-                                 "reduction; move spatial loops outside the reduction loops")
-            if self.func.attached_at(block.name, lp.name):
-                raise BuildError(f"block {block.name}: blocks are attached inside its cross-thread reduction")
-        return start
-
-    def _cross_thread_reduction(self, block: Block, start: int, ctx: _Ctx) -> None:
-        region = block.loops[start:]
-        tags = sorted({lp.thread for lp in region if lp.thread in THREAD_TAGS})
-        if len(tags) != 1:
-            raise BuildError(f"block {block.name}: a cross-thread reduction must use one thread index, got {tags}")
-        if ctx.divergent:
-            raise BuildError(f"block {block.name}: cross-thread reduction inside a thread guard would deadlock")
-        tag = tags[0]
-        dtype = block.value.dtype
-        acc = compute_type(dtype)
-        self._open(f"// block {block.name}: cross-thread reduction over {tag}")
-        self._emit(f"{acc} sl_red = {literal(identity(block.reducer, dtype).value, dtype)};")
-        braces = 0
-        for lp in region:
-            v = mangle(lp.name)
-            if lp.thread in THREAD_TAGS:
-                self._open("")
-                self._emit(f"const int {v} = {lp.thread};")
-                braces += 1
-                if (as_int(lp.extent) or 0) < self.threads[lp.thread]:
-                    self._open(f"if ({v} < {self.printer(lp.extent)})")
-                    braces += 1
-            else:
-                if lp.unrolled:
-                    self._emit("#pragma unroll")
-                self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
-                braces += 1
-        self._open("")
-        self._enter(block)
-        value = self._expr(block.value)
-        update = f"sl_red = {self._combine(block.reducer, 'sl_red', value, dtype)};"
-        if block.predicate is not None:
-            update = f"if ({self._expr(block.predicate)}) {update}"
-        self._emit(update)
-        self._close(braces + 1)
-        self._allreduce(block.reducer, dtype, tag)
-        self._open("")
-        region_vars = {lp.name for lp in region} | {a.name for a in block.axes if a.kind == "R"}
-        spatial = [p for p in conjuncts(block.predicate) if not free_vars(p) & region_vars]
-        conds = [self._expr(p) for p in spatial]
-        buf, target = self._store(block)
-        if buf.scope != "local":
-            conds.append(f"{tag} == 0")
-        conds += self._once_guards(block, ctx, skip=tag)
-        result = "sl_red"
-        if block.init is None:
-            result = self._combine(block.reducer, f"static_cast<{acc}>({target})", "sl_red", dtype)
-        line = f"{target} = static_cast<{ctype(buf.dtype)}>({result});"
-        self._emit(f"if ({' && '.join(conds)}) {line}" if conds else line)
-        self._close(2)
-
-    def _allreduce(self, reducer: str, dtype: str, tag: str) -> None:
-        size = self.threads[tag]
-        acc = compute_type(dtype)
-        pow2 = size & (size - 1) == 0
-        mask = "0xffffffffu" if self.n_threads >= 32 else f"{(1 << self.n_threads) - 1}u"
-        if tag == "threadIdx.x" and pow2 and size <= 32:
-            self._emit("#pragma unroll")
-            partner = f"__shfl_xor_sync({mask}, sl_red, sl_off, {size})"
-            self._emit(f"for (int sl_off = {size // 2}; sl_off > 0; sl_off >>= 1) "
-                       f"sl_red = {self._combine(reducer, 'sl_red', partner, dtype)};")
-            return
-        self.n_red += 1
-        buf = f"sl_red_buf{self.n_red}"
-        dx, dy = self.threads["threadIdx.x"], self.threads["threadIdx.y"]
-        linear = f"(threadIdx.x + {dx} * (threadIdx.y + {dy} * threadIdx.z))"
-        if tag == "threadIdx.x" and pow2 and size % 32 == 0:
-            warps = size // 32
-            self.scratch_arrays.append((acc, buf, max(self.n_threads // 32, 1)))
-            self._emit("#pragma unroll")
-            partner = "__shfl_xor_sync(0xffffffffu, sl_red, sl_off, 32)"
-            self._emit(f"for (int sl_off = 16; sl_off > 0; sl_off >>= 1) "
-                       f"sl_red = {self._combine(reducer, 'sl_red', partner, dtype)};")
-            row = f"({linear} / {size}) * {warps}"
-            self._emit(f"if (threadIdx.x % 32 == 0) {buf}[{row} + threadIdx.x / 32] = sl_red;")
-            self._sync()
-            self._emit(f"sl_red = {buf}[{row}];")
-            self._emit(f"for (int sl_w = 1; sl_w < {warps}; ++sl_w) "
-                       f"sl_red = {self._combine(reducer, 'sl_red', f'{buf}[{row} + sl_w]', dtype)};")
-            self._sync()
-            return
-        # General case: every thread publishes its partial, then folds its group's partials in order.
-        self.scratch_arrays.append((acc, buf, self.n_threads))
-        stride = {"threadIdx.x": 1, "threadIdx.y": dx, "threadIdx.z": dx * dy}[tag]
-        self._emit(f"{buf}[{linear}] = sl_red;")
-        self._sync()
-        base = f"({linear} - {tag} * {stride})"
-        self._emit(f"sl_red = {buf}[{base}];")
-        self._emit(f"for (int sl_j = 1; sl_j < {size}; ++sl_j) "
-                   f"sl_red = {self._combine(reducer, 'sl_red', f'{buf}[{base} + sl_j * {stride}]', dtype)};")
-        self._sync()
 
     # assembly ---------------------------------------------------------------------------------
     def write(self) -> tuple[str, KernelSpec]:
