@@ -234,12 +234,17 @@ def worker_alive(worker: str | None, started: Any, stale_s: float) -> bool:
     return age < stale_s
 
 
-def reap_interrupted(study: optuna.Study, stale_s: float) -> int:
-    """Close RUNNING trials whose process died (kill -9, power loss) as ``interrupted``; returns how many."""
+def reap_interrupted(study: optuna.Study, stale_s: float, claims_locked: bool = False) -> int:
+    """Close RUNNING trials whose process died (kill -9, power loss) as ``interrupted``; returns how many.
+
+    ``claims_locked``: the caller holds the cross-process lock under which every worker asks a trial *and*
+    writes its claim, so a RUNNING trial with no claim was left by a process killed between the two.
+    """
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         attrs = dict(t.user_attrs.get(ATTR) or {})
-        if worker_alive(attrs.get("worker"), t.datetime_start, stale_s):
+        unclaimed_orphan = claims_locked and not attrs.get("worker")
+        if not unclaimed_orphan and worker_alive(attrs.get("worker"), t.datetime_start, stale_s):
             continue
         with contextlib.suppress(Exception):  # another worker may have closed it a moment ago
             study._storage.set_trial_user_attr(t._trial_id, ATTR, {**attrs, "status": INTERRUPTED})

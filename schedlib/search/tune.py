@@ -318,7 +318,7 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
         tuner = _Tuner(func, profile, chosen, be, strat, study, codec, model, StudyLock(lock_path), seed,
                        stale_s=max(3600.0, 20 * float(getattr(be, "timeout_s", DEFAULT_TIMEOUT_S))))
         with tuner.lock.hold():
-            reap_interrupted(study, tuner.stale_s)
+            reap_interrupted(study, tuner.stale_s, claims_locked=tuner.lock.cross_process)
             tuner.index.refresh()
             if warm_start:
                 _warm_start(study, func, profile, chosen, codec, tuner.index.taken(), topk)

@@ -111,3 +111,23 @@ def test_two_tuners_share_one_journal_without_losing_or_duplicating(tmp_path: Pa
     assert all(m > 0 for m in measured), f"one tuner did all the work: {measured}"
     workers = {(t.user_attrs.get(ATTR) or {}).get("worker") for t in trials_done}
     assert len(workers) == 2
+
+
+@pytest.mark.parametrize("suffix", [".sqlite3", ".journal"])
+def test_a_trial_asked_but_never_claimed_is_reaped_on_resume(tmp_path: Path, suffix: str) -> None:
+    """A process killed between Optuna's ask and writing its claim leaves a RUNNING trial with no owner;
+    the resumed run must close it and still reach the full budget (it once stopped one trial short)."""
+    storage = str(tmp_path / f"tuning{suffix}")
+    func, table = matmul_table(512, 512, 512)
+    first = S.tune(func, "h100", trials=5, strategy="random", storage=storage, backend=CountingReplay(table),
+                   quiet=True)
+    study = optuna.load_study(study_name=first.key.study_name, storage=resolve_storage(storage)[0])
+    orphan = study.ask()  # as if killed right here, before the claim
+    assert ATTR not in orphan.user_attrs
+    S.tune(func, "h100", trials=9, strategy="random", storage=storage, backend=CountingReplay(table), quiet=True)
+    assert len(_counted(_finished(storage))) == 9
+    study = optuna.load_study(study_name=first.key.study_name, storage=resolve_storage(storage)[0])
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,)), "the orphaned trial was never closed"
+    reaped = study.trials[orphan.number]
+    assert reaped.state == optuna.trial.TrialState.FAIL
+    assert (reaped.user_attrs.get(ATTR) or {}).get("status") == INTERRUPTED
