@@ -7,6 +7,7 @@ from importlib import resources
 
 from schedlib.codegen.cuda_expr import HELPERS
 from schedlib.codegen.kernel_writer import KernelSpec, KernelWriter
+from schedlib.codegen.tensor_core import TensorCoreWriter, is_tensor_core_root
 from schedlib.errors import BuildError
 from schedlib.ir.func import Buffer, Func
 
@@ -35,7 +36,9 @@ def generate(func: Func) -> CudaModule:
     names = {b.name for b in scratch}
     texts, specs = [], []
     for root in func.root_blocks():
-        text, spec = KernelWriter(func, root, names).write()
+        # A root the schedule annotated for tensor cores is lowered as a whole (after its loop nest is checked).
+        writer = TensorCoreWriter if is_tensor_core_root(root) else KernelWriter
+        text, spec = writer(func, root, names).write()
         texts.append(text)
         specs.append(spec)
     # The floor-division helpers only where a kernel uses them (nvcc warns about unused ones).

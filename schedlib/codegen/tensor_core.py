@@ -1,0 +1,303 @@
+"""Lowering of a checked warp-tiled matmul (:class:`~schedlib.codegen.mma_pattern.MmaPlan`) to one CUDA kernel:
+``cp.async`` ring -> XOR-swizzled shared tiles -> ``ldmatrix`` -> ``mma.sync.m16n8k16`` -> epilogue in registers.
+
+* Global -> shared: each operand tile is copied in 16-byte chunks (8 elements), one ``cp.async`` per chunk,
+  through ``stages`` buffers: tile ``kt + stages - 1`` is requested while tile ``kt`` is multiplied, and
+  ``cp.async.wait_group(stages - 2)`` + ``__syncthreads`` make tile ``kt`` visible.  ``stages = 1`` is one
+  synchronous buffer.  Chunks outside the operand (M/N/K edges) are written as zeros instead, so edge tiles
+  add nothing; the operand's rows being 16-byte aligned (checked) makes every chunk wholly in or out.
+* Shared layout: a tile is stored as ``rows x cols`` with ``cols`` the operand's contiguous dimension, and
+  chunk ``q`` of row ``r`` lives at chunk ``q ^ ((r / rows_per_128B) % chunks_in_128B)``.  ldmatrix reads 8
+  rows at one chunk column; without the XOR, rows 128 bytes apart hit the same 4 banks (an 8-way conflict
+  for a 64-element row).  The XOR puts the 8 rows on 8 distinct 16-byte bank groups for every tile width,
+  costs no memory (padding would: +25% at block_k=32, pushing the 3-stage 128x128 tile past the 48 KiB
+  static limit) and keeps every chunk 16-byte aligned for cp.async.
+* Fragments: A via ``ldmatrix.x4`` (``.trans`` when A is stored K x M), B two n8 tiles per ``ldmatrix.x4``
+  (``.trans`` when B is stored K x N), so all four layouts read shared memory with 16-byte rows.
+* Epilogue: every accumulator element is owned by the lane the IR's lane loop gives it; the write-back
+  block's expression (bias, residual, activation, cast) is evaluated there and stored under bounds guards.
+* Raster: blocks are renumbered so that consecutive block ids walk ``raster`` block rows column by column.
+"""
+
+from __future__ import annotations
+
+import math
+
+from schedlib.codegen.cuda_expr import ExprPrinter, ctype, mangle
+from schedlib.codegen.kernel_writer import BLOCK_TAGS, STATIC_SMEM_LIMIT, SYMBOL_PREFIX, KernelSpec
+from schedlib.codegen.layout import flatten
+from schedlib.codegen.mma_pattern import COPY_ELEMENTS, MmaPlan, Operand, plan
+from schedlib.errors import BuildError
+from schedlib.ir.expr import Const, Expr, Load, Var
+from schedlib.ir.func import Block, Func
+from schedlib.ir.simplify import map_children, simplify, substitute
+
+MMA = {"float16": "sl_mma_m16n8k16_f16f32", "bfloat16": "sl_mma_m16n8k16_bf16f32"}
+ACC = "sl_v"  # the accumulator element the epilogue is evaluated at
+
+
+def is_tensor_core_root(root: Block) -> bool:
+    return "tensor_core" in dict(root.annotations)
+
+
+def swizzle(row: str, cols: int) -> str:
+    """C expression of the XOR applied to the chunk index of ``row`` in a tile ``cols`` elements wide."""
+    chunks = cols // COPY_ELEMENTS
+    width = min(chunks, 8)  # 16-byte chunks one 128-byte bank line holds of this row
+    per_line = max(1, 8 // chunks)  # rows sharing one 128-byte line
+    if width == 1:
+        return "0"
+    return f"((({row}) >> {int(math.log2(per_line))}) & {width - 1})"
+
+
+class TensorCoreWriter:
+    def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
+        self.func = func
+        self.plan: MmaPlan = plan(func, root)
+        self.name = mangle(f"{func.name}_{root.name}")
+        self.scratch = scratch
+        buffers = {mangle(b.name) for b in func.buffers}
+        self.symbol_names = {s: mangle(s) + ("_dim" if mangle(s) in buffers else "") for s in func.symbols}
+        self.printer = ExprPrinter(self._load, lambda n: self.symbol_names.get(n) or mangle(n))
+        self.lines: list[str] = []
+        self.depth = 1
+
+    # printing ---------------------------------------------------------------------------------
+    def _load(self, ld: Load) -> str:
+        buf = self.func.buffer(ld.buffer)
+        return f"{mangle(buf.name)}[{self.printer(simplify(flatten(buf, ld.indices)))}]"
+
+    def _e(self, e: Expr) -> str:
+        return self.printer(simplify(e))
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def open(self, head: str) -> None:
+        self.emit(f"{head} {{")
+        self.depth += 1
+
+    def close(self) -> None:
+        self.depth -= 1
+        self.emit("}")
+
+    def loop(self, var: str, n: int | str) -> None:
+        self.emit("#pragma unroll")
+        self.open(f"for (int {var} = 0; {var} < {n}; ++{var})")
+
+    # pieces -----------------------------------------------------------------------------------
+    def _tile_shape(self, op: Operand) -> tuple[int, int]:
+        return self.plan.tile[op.rows], self.plan.tile[op.cols]
+
+    def _origin(self, axis: str) -> str:
+        p = self.plan
+        if axis == p.k:
+            return f"sl_kt * {p.tile[p.k]}"
+        return f"{mangle(p.loops['by' if axis == p.m else 'bx'])} * {p.tile[axis]}"
+
+    def _batch(self) -> dict[str, Expr]:
+        p = self.plan
+        return {a.name: b for a, b in zip(p.main.axes, p.main.bindings) if a.name in p.batch}
+
+    def _copy(self, op: Operand, smem: str, threads: int) -> None:
+        """One operand tile of k-step ``sl_kt`` into ring slot ``sl_stage``: 16-byte cp.async or zeros."""
+        rows, cols = self._tile_shape(op)
+        chunks, per_row = rows * cols // COPY_ELEMENTS, cols // COPY_ELEMENTS
+        index = dict(self._batch())
+        index[op.rows], index[op.cols] = Var("sl_gr"), Var("sl_gc")
+        src = flatten(op.source, tuple(index[r] for r in op.roles))
+        limit_r, limit_c = op.source.shape[-2], op.source.shape[-1]
+        self.loop("sl_i", -(-chunks // threads))
+        self.emit(f"const int sl_c = sl_tid + sl_i * {threads};")
+        if chunks % threads:
+            self.open(f"if (sl_c < {chunks})")
+        self.emit(f"const int sl_r = sl_c / {per_row}, sl_q = sl_c % {per_row};")
+        self.emit(f"const int sl_gr = {self._origin(op.rows)} + sl_r, sl_gc = {self._origin(op.cols)} + sl_q * 8;")
+        self.emit(f"const int sl_dst = sl_stage * {rows * cols} + sl_r * {cols} + "
+                  f"((sl_q ^ {swizzle('sl_r', cols)}) << 3);")
+        self.emit(f"if (sl_gr < {self._e(limit_r)} && sl_gc < {self._e(limit_c)}) "
+                  f"sl_cp_async_16(&{smem}[sl_dst], &{mangle(op.source.name)}[{self._e(src)}]);")
+        self.emit(f"else SL_VSTORE(uint4, {smem}, sl_dst, make_uint4(0u, 0u, 0u, 0u));")
+        if chunks % threads:
+            self.close()
+        self.close()
+
+    def _fragments(self, smem: dict[str, str]) -> None:
+        """One k16 step: A fragments of every m16 tile, then B two n8 tiles at a time, and the mmas."""
+        p = self.plan
+        wm, wn = p.warp
+        mt, nt = wm // 16, wn // 8
+        a, b = p.a, p.b
+        a_rows, a_cols = self._tile_shape(a)
+        b_rows, b_cols = self._tile_shape(b)
+        # Matrix q = lane / 8 of an ldmatrix.x4 gets its 8 row addresses from lanes 8q..8q+7 (row lane % 8).
+        # A (m16 x k16): q&1 selects rows 8..15 of m, q>>1 the k half.  B pair: q&1 the k half, q>>1 the n8 tile.
+        self.emit(f"unsigned sl_a[{mt}][4];")
+        self.loop("sl_mt", mt)
+        if a.cols == p.k:  # A stored M x K: rows are m
+            row, chunk, fn = "sl_wm + sl_mt * 16 + sl_lr + ((sl_lq & 1) << 3)", "sl_ks * 2 + (sl_lq >> 1)", ""
+        else:  # A stored K x M: rows are k, transposed on load
+            row, fn = "sl_ks * 16 + sl_lr + ((sl_lq >> 1) << 3)", "_trans"
+            chunk = "((sl_wm + sl_mt * 16) >> 3) + (sl_lq & 1)"
+        self.emit(f"sl_ldmatrix_x4{fn}(sl_a[sl_mt], &{smem['a']}[sl_stage * {a_rows * a_cols} + ({row}) * {a_cols} + "
+                  f"((({chunk}) ^ sl_swa) << 3)]);")
+        self.close()
+        self.loop("sl_np", nt // 2)
+        self.emit("unsigned sl_b[4];")
+        if b.cols == p.k:  # B stored N x K: rows are n
+            row, chunk, fn = "sl_wn + sl_np * 16 + sl_lr + ((sl_lq >> 1) << 3)", "sl_ks * 2 + (sl_lq & 1)", ""
+        else:  # B stored K x N: rows are k, transposed on load
+            row, fn = "sl_ks * 16 + sl_lr + ((sl_lq & 1) << 3)", "_trans"
+            chunk = "((sl_wn + sl_np * 16) >> 3) + (sl_lq >> 1)"
+        self.emit(f"sl_ldmatrix_x4{fn}(sl_b, &{smem['b']}[sl_stage * {b_rows * b_cols} + ({row}) * {b_cols} + "
+                  f"((({chunk}) ^ sl_swb) << 3)]);")
+        self.loop("sl_mt", mt)
+        for half in (0, 1):
+            acc = f"sl_acc[sl_mt][sl_np * 2 + {half}]"
+            self.emit(f"{MMA[p.dtype]}({acc}, sl_a[sl_mt], &sl_b[{2 * half}], {acc});")
+        self.close()
+        self.close()
+
+    def _epilogue(self) -> None:
+        p = self.plan
+        wb = p.writeback
+        wm, wn = p.warp
+        coords: dict[str, Expr] = {**self._batch(), p.m: Var("sl_row"), p.n: Var("sl_col")}
+        axes = {w: coords[m] for w, m in p.wb_axes.items()}
+        missing = [a.name for a in wb.axes if a.name not in axes]
+        if missing:
+            raise BuildError(f"write-back axes {missing} of {wb.name} do not index the accumulator")
+
+        def accumulator(e: Expr) -> Expr:  # the accumulator load becomes the register element
+            if isinstance(e, Load) and e.buffer == p.main.store:
+                return Var(ACC)
+            return map_children(e, accumulator)
+
+        value = accumulator(substitute(wb.value, axes))
+        out = self.func.buffer(wb.store)
+        target = flatten(out, tuple(substitute(i, axes) for i in wb.store_indices))
+        self.loop("sl_mt", wm // 16)
+        self.loop("sl_nt", wn // 8)
+        self.loop("sl_e", 4)  # accumulator element e: row g + 8 * (e >> 1), column 2t + (e & 1)
+        self.emit(f"const int sl_row = {self._origin(p.m)} + sl_wm + sl_mt * 16 + sl_g + ((sl_e >> 1) << 3);")
+        self.emit(f"const int sl_col = {self._origin(p.n)} + sl_wn + sl_nt * 8 + (sl_t << 1) + (sl_e & 1);")
+        self.open(f"if (sl_row < {self._e(p.extent(p.m))} && sl_col < {self._e(p.extent(p.n))})")
+        self.emit(f"const float {ACC} = sl_acc[sl_mt][sl_nt][sl_e];")
+        self.emit(f"{mangle(out.name)}[{self._e(target)}] = static_cast<{ctype(out.dtype)}>({self._e(value)});")
+        self.close()
+        self.close()
+        self.close()
+        self.close()
+
+    def _block_index(self) -> None:
+        """Block row/column of this block; with raster G, ids run down G block rows, then across."""
+        p = self.plan
+        by, bx = mangle(p.loops["by"]), mangle(p.loops["bx"])
+        if "bz" in p.loops:
+            self.emit(f"const int {mangle(p.loops['bz'])} = blockIdx.z;")
+        if p.raster == 1:
+            self.emit(f"const int {by} = blockIdx.y, {bx} = blockIdx.x;")
+            return
+        g = p.raster
+        self.emit("const int sl_pid = blockIdx.y * gridDim.x + blockIdx.x;")
+        self.emit(f"const int sl_span = {g} * gridDim.x, sl_first = sl_pid / sl_span * {g};")
+        self.emit(f"const int sl_height = (int)gridDim.y - sl_first < {g} ? (int)gridDim.y - sl_first : {g};")
+        self.emit(f"const int {by} = sl_first + sl_pid % sl_span % sl_height, {bx} = sl_pid % sl_span / sl_height;")
+
+    # assembly ---------------------------------------------------------------------------------
+    def write(self) -> tuple[str, KernelSpec]:
+        p = self.plan
+        loops = {lp.name: lp for lp in p.main.loops}
+        warps_m, warps_n = (int(loops[p.loops[r]].extent.value) for r in ("wy", "wx"))  # type: ignore[attr-defined]
+        threads = 32 * warps_m * warps_n
+        wm, wn = p.warp
+        smem = {"a": mangle(p.a.shared.name), "b": mangle(p.b.shared.name)}
+        tiles = {key: math.prod(self._tile_shape(op)) for key, op in (("a", p.a), ("b", p.b))}
+        self.emit("const int sl_lane = threadIdx.x;  // the IR's lane loop: groupID * 4 + threadID_in_group")
+        self.emit(f"const int {mangle(p.loops['wy'])} = threadIdx.z, {mangle(p.loops['wx'])} = threadIdx.y;")
+        self.emit(f"const int sl_tid = (threadIdx.z * {warps_n} + threadIdx.y) * 32 + sl_lane;")
+        self._block_index()
+        self.emit(f"const int sl_wm = {mangle(p.loops['wy'])} * {wm}, sl_wn = {mangle(p.loops['wx'])} * {wn};")
+        self.emit("const int sl_g = sl_lane >> 2, sl_t = sl_lane & 3, sl_lr = sl_lane & 7, sl_lq = sl_lane >> 3;")
+        self.emit(f"const int sl_swa = {swizzle('sl_lr', self._tile_shape(p.a)[1])}, "
+                  f"sl_swb = {swizzle('sl_lr', self._tile_shape(p.b)[1])};")
+        self.emit(f"float sl_acc[{wm // 16}][{wn // 8}][4];")
+        self.loop("sl_mt", wm // 16)
+        self.loop("sl_nt", wn // 8)
+        self.loop("sl_e", 4)
+        self.emit("sl_acc[sl_mt][sl_nt][sl_e] = 0.0f;")
+        for _ in range(3):
+            self.close()
+        bk = p.tile[p.k]
+        self.emit(f"const int sl_ktiles = ({self._e(p.extent(p.k))} + {bk - 1}) / {bk};")
+        self.emit("auto sl_load = [&](int sl_stage, int sl_kt) {")
+        self.depth += 1
+        self._copy(p.a, smem["a"], threads)
+        self._copy(p.b, smem["b"], threads)
+        self.depth -= 1
+        self.emit("};")
+        s = p.stages
+        if s > 1:
+            self.loop("sl_s", s - 1)
+            self.emit("if (sl_s < sl_ktiles) sl_load(sl_s, sl_s);")
+            self.emit("sl_cp_async_commit();")
+            self.close()
+        self.open(f"for (int {mangle(p.loops['ko'])} = 0; {mangle(p.loops['ko'])} < sl_ktiles; "
+                  f"++{mangle(p.loops['ko'])})")
+        ko = mangle(p.loops["ko"])
+        if s > 1:
+            self.emit(f"sl_cp_async_wait<{s - 2}>();")
+            self.emit("__syncthreads();")
+            self.emit(f"if ({ko} + {s - 1} < sl_ktiles) sl_load(({ko} + {s - 1}) % {s}, {ko} + {s - 1});")
+            self.emit("sl_cp_async_commit();")
+            self.emit(f"const int sl_stage = {ko} % {s};")
+        else:
+            self.emit("__syncthreads();  // the previous step's tiles are no longer read")
+            self.emit(f"sl_load(0, {ko});")
+            self.emit("sl_cp_async_commit();")
+            self.emit("sl_cp_async_wait<0>();")
+            self.emit("__syncthreads();")
+            self.emit("const int sl_stage = 0;")
+        self.loop("sl_ks", bk // 16)
+        self._fragments(smem)
+        self.close()
+        self.close()
+        self._epilogue()
+        return self._assemble(threads, smem, tiles, warps_m, warps_n)
+
+    def _assemble(self, threads: int, smem: dict[str, str], tiles: dict[str, int], warps_m: int, warps_n: int
+                  ) -> tuple[str, KernelSpec]:
+        p = self.plan
+        t = ctype(p.dtype)
+        arrays = [(smem[k], tiles[k] * p.stages) for k in ("a", "b")]
+        total = sum((n * 2 + 15) // 16 * 16 for _, n in arrays)
+        decls: list[str] = []
+        dynamic = 0
+        if total > STATIC_SMEM_LIMIT:
+            decls.append("SL_DYN_SHARED(sl_smem);")
+            offset = 0
+            for name, n in arrays:
+                decls.append(f"SL_SHARED_VIEW({t}, {name}, sl_smem, {offset}, {n});")
+                offset += (n * 2 + 15) // 16 * 16
+            dynamic = offset
+        else:
+            decls += [f"SL_SHARED({t}, {name}, {n});" for name, n in arrays]
+        used = {b for blk in self.func.subtree(p.main.name, 0) for b in (blk.store, *blk.read_buffers)}
+        order = [*self.func.inputs, *self.func.outputs, *sorted(self.scratch)]
+        names = tuple(n for n in order if n in used) + tuple(SYMBOL_PREFIX + s for s in self.func.symbols)
+        params = []
+        for n in names:
+            if n.startswith(SYMBOL_PREFIX):
+                params.append(f"int {self.symbol_names[n[len(SYMBOL_PREFIX):]]}")
+            else:
+                const = "const " if n in self.func.inputs else ""
+                params.append(f"SL_GLOBAL({const}{ctype(self.func.buffer(n).dtype)}) {mangle(n)}")
+        head = f'extern "C" __global__ void __launch_bounds__({threads}) {self.name}({", ".join(params)}) {{'
+        comment = (f"  // tensor cores: block {p.tile[p.m]}x{p.tile[p.n]}x{p.tile[p.k]}, warp tile "
+                   f"{p.warp[0]}x{p.warp[1]}, {p.stages}-stage cp.async, raster {p.raster}")
+        text = "\n".join([head, comment, *("  " + d for d in decls), *self.lines, "}"])
+        bound = {lp.thread: lp.extent for lp in p.main.loops if lp.thread in BLOCK_TAGS}
+        grid = tuple(bound.get(tag, Const(1)) for tag in BLOCK_TAGS)
+        spec = KernelSpec(self.name, grid, (32, warps_n, warps_m), names, dynamic,  # type: ignore[arg-type]
+                          0 if dynamic else total)
+        return text, spec
