@@ -88,8 +88,9 @@ class Space:
                 if limit is not None and n >= limit:
                     return
 
-    def sample(self, rng: random.Random, tries: int = 1000) -> Config:
-        """A random legal point (rejection sampling)."""
+    def sample(self, rng: random.Random, tries: int = 20000) -> Config:
+        """A random legal point (rejection sampling).  Spaces whose knobs are pinned per path (the matmul's
+        tensor-core and SIMT knobs) have a few legal points per thousand, hence the generous default."""
         for _ in range(tries):
             config = {k.name: rng.choice(k.values) for k in self.knobs}
             if self.is_legal(config):
@@ -103,7 +104,11 @@ class Tiling:
 
     ``block_tile`` maps each axis of the main block to the extent one CUDA block covers (reduce axes: the
     whole extent a block reduces, i.e. extent / split_k).  ``step`` maps reduce axes to the slice loaded
-    per pipeline step.  ``thread_tile`` is the per-thread share of the spatial axes.
+    per pipeline step.  ``thread_tile`` is the per-thread share of the spatial axes.  A tensor-core tiling
+    also gives ``warp_tile`` (the spatial extent one warp's mma instructions cover: what the warp reads from
+    shared memory per k) and ``raster`` (block rows walked together, see the matmul rule); they stay empty
+    and 1 for SIMT tilings.  ``shared_buffers`` names the loads staged in shared memory when the rule knows
+    them (None: the model infers them from ``shared_bytes``).
     """
 
     main_block: str
@@ -117,6 +122,9 @@ class Tiling:
     stages: int = 1
     split_k: int = 1
     tensor_core: bool = False
+    warp_tile: dict[str, int] = field(default_factory=dict)
+    raster: int = 1
+    shared_buffers: tuple[str, ...] | None = None
 
 
 class Rule(ABC):

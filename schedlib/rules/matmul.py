@@ -2,7 +2,14 @@
 
 SIMT template: a block tile of block_m x block_n outputs, each thread a thread_m x thread_n register tile,
 A and B staged through shared memory block_k at a time by a cooperative (vectorized) copy, the epilogue
-applied in registers before the single store.  ``tensor_core`` is the knob of the tensor-core path.
+applied in registers before the single store.  ``tensor_core=True`` selects the mma.sync template of
+:mod:`schedlib.rules.matmul_tc` (fp16/bf16 on sm_80+), which adds the ``stages`` and ``raster`` knobs.
+
+One space holds both templates.  A knob that only one of them reads (``vector`` for SIMT; ``stages`` and
+``raster`` for tensor cores) sits at its first value in the other, so no two legal points build the same
+kernel; the thread tile means the accumulators per thread on both.  Where the tensor-core path cannot exist
+(fp32, a GPU without mma.m16n8k16) its knobs have that single value; where only the operand layout rules it
+out (rows not 16-byte aligned), ``tensor_core=True`` stays listed and ``check`` says why it is illegal.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Expr
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
+from schedlib.rules import matmul_tc as tc
 from schedlib.rules.analysis import (
     access_of,
     ceil_pow2,
@@ -99,8 +107,15 @@ class MatmulRule(Rule):
         limit_threads = target.max_threads_per_block
         smem_limit = target.shared_memory_per_block
         max_regs = target.max_registers_per_thread
+        has_tc = tc.unavailable(func, facts, target) is None
+        layout_why = tc.misaligned(func, facts) if has_tc else None
+        tc_knobs = has_tc and layout_why is None
 
-        def check(c: Config) -> str | None:
+        def simt(c: Config) -> str | None:
+            if c["stages"] != 1 or c["raster"] != 1:
+                return "stages and raster belong to the tensor-core template; SIMT configs keep them at 1"
+            if c["thread_n"] > 8:
+                return f"thread_n={c['thread_n']} is a tensor-core warp tile; SIMT thread tiles are at most 8"
             threads = (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"])
             if c["thread_m"] > c["block_m"] or c["thread_n"] > c["block_n"]:
                 return "thread tile larger than block tile"
@@ -115,16 +130,23 @@ class MatmulRule(Rule):
                 return "vector width does not divide the copy evenly"
             return None
 
+        def check(c: Config) -> str | None:
+            if not c["tensor_core"]:
+                return simt(c)
+            return layout_why or tc.check(c, facts, target)
+
         return Space(self.name, (
             Knob("block_m", pow2_range(16, 128), "output rows per thread block"),
             Knob("block_n", pow2_range(16, 128), "output columns per thread block"),
             Knob("block_k", (8, 16, 32), "reduction slice staged in shared memory per step"),
-            Knob("thread_m", (1, 2, 4, 8), "rows of the per-thread register tile"),
-            Knob("thread_n", (1, 2, 4, 8), "columns of the per-thread register tile"),
-            Knob("vector", (1, 2, 4), "elements per thread per copy into shared memory"),
+            Knob("thread_m", (1, 2, 4, 8), "accumulator rows per thread (tensor cores: warp tile of 8x rows)"),
+            Knob("thread_n", (1, 2, 4, 8, *((16,) if tc_knobs else ())),
+                 "accumulator columns per thread (tensor cores: warp tile of 4x columns)"),
+            Knob("vector", (1, 2, 4), "elements per thread per copy into shared memory (SIMT)"),
             Knob("split_k", (1,), "reduction split across blocks (1: off)"),
-            Knob("stages", (1,), "shared-memory pipeline depth"),
-            Knob("tensor_core", (False,), "use mma.sync tensor cores"),
+            Knob("stages", tc.STAGES if tc_knobs else (1,), "cp.async pipeline depth (tensor cores)"),
+            Knob("tensor_core", (False, True) if has_tc else (False,), "use mma.sync tensor cores"),
+            Knob("raster", tc.RASTER if tc_knobs else (1,), "block rows walked together for L2 reuse (tensor cores)"),
         ), check)
 
     @staticmethod
@@ -138,7 +160,8 @@ class MatmulRule(Rule):
         return facts
 
     def default_config(self, func: Func, target: Any) -> Config:
-        """Largest register-blocked tile that still gives every SM a block, shrunk for small problems."""
+        """Largest block tile that still gives every SM a block, shrunk for small problems; on tensor cores
+        when the space has them (see :func:`matmul_tc.default`), else a register-blocked SIMT tile."""
         facts = self._facts(func)
         M = const_or(facts.extents[facts.m], 4096)
         N = const_or(facts.extents[facts.n], 4096)
@@ -151,19 +174,26 @@ class MatmulRule(Rule):
                 bm //= 2
             else:
                 bn //= 2
+        space = self.space(func, target)
+        if True in space.knob("tensor_core").values:
+            config = tc.default(facts, target, (bm, bn))
+            for candidate in (config, {**config, "raster": 1}):
+                if space.is_legal(candidate):
+                    return candidate
         tm = 8 if bm >= 64 else max(1, bm // 16)
         tn = 8 if bn >= 64 else max(1, bn // 16)
-        space = self.space(func, target)
         for bk in (8, 16):
             for vector in (4, 2, 1):
                 config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn,
-                          "vector": vector, "split_k": 1, "stages": 1, "tensor_core": False}
+                          "vector": vector, "split_k": 1, "stages": 1, "tensor_core": False, "raster": 1}
                 if space.is_legal(config):
                     return config
         return next(space.enumerate())
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
         facts = self._facts(func)
+        if config["tensor_core"]:
+            return tc.tiling(facts, config)
         threads = (config["block_m"] // config["thread_m"]) * (config["block_n"] // config["thread_n"])
         tile = {facts.m: config["block_m"], facts.n: config["block_n"],
                 facts.k: const_or(facts.extents[facts.k], 4096)}
@@ -175,6 +205,8 @@ class MatmulRule(Rule):
                       config["tensor_core"])
 
     def schedule(self, func: Func, facts: MatmulFacts, config: Config, target: HardwareProfile) -> Schedule:
+        if config["tensor_core"]:
+            return tc.schedule(func, facts, config)
         bm, bn, bk = config["block_m"], config["block_n"], config["block_k"]
         tm, tn, vec = config["thread_m"], config["thread_n"], config["vector"]
         ty_n, tx_n = bm // tm, bn // tn

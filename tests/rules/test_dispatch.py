@@ -229,7 +229,7 @@ def test_validate_rejects_missing_and_unknown_knobs(rule_name, make) -> None:
         space.validate({**default, "warp_specialize": True})
 
 
-MM = {"split_k": 1, "stages": 1, "tensor_core": False}
+MM = {"split_k": 1, "stages": 1, "tensor_core": False, "raster": 1}
 
 
 @pytest.mark.parametrize("rule_name, make, config, why", [
