@@ -15,6 +15,7 @@ While the GEMV and softmax rules have not landed, those two rows use the model-o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -98,8 +99,9 @@ def size_scaling(target: str, repeat: int) -> list[str]:
 
 class WiderMatmul(MatmulRule):
     """The matmul rule with up to three extra knobs to show how the ranking time grows with the number
-    of knobs: pipeline depth and split-K reach the model through Tiling; ``raster`` (a launch-order knob)
-    is invisible to it and only widens the space, as a knob the model cannot price would."""
+    of knobs: split-K reaches the model through Tiling; ``unroll`` and ``prefetch`` (codegen knobs the model
+    cannot price) only widen the space, as a knob the model cannot see would.  (``stages`` and ``raster``
+    are real knobs of the matmul space since its tensor-core template.)"""
 
     name = "matmul"
 
@@ -108,31 +110,19 @@ class WiderMatmul(MatmulRule):
 
     def space(self, func: Func, target: Any) -> Space:
         base = super().space(func, target)
-        added = (Knob("stages", (1, 2, 3, 4)), Knob("split_k", (1, 2, 4, 8)), Knob("raster", (1, 2, 4, 8)))
+        added = (Knob("split_k", (1, 2, 4, 8)), Knob("unroll", (1, 2, 4, 8)), Knob("prefetch", (0, 1)))
         added = added[: self.extra]
         names = {k.name for k in added}
         knobs = tuple(k for k in base.knobs if k.name not in names) + added
-        limit = target.shared_memory_per_block
-
-        def check(c: Config) -> str | None:
-            why = base.check(c) if base.check else None
-            if why is None and self._smem(c) * c.get("stages", 1) > limit:
-                why = "pipeline stages exceed shared memory"
-            return why
-
-        return Space(self.name, knobs, check)
-
-    def _smem(self, c: Config) -> int:
-        return (c["block_m"] + c["block_n"]) * c["block_k"] * 2
+        return Space(self.name, knobs, base.check)
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
-        base = {k: (1 if k in ("stages", "split_k") else v) for k, v in config.items() if k != "raster"}
+        base = {k: (1 if k == "split_k" else v) for k, v in config.items() if k not in ("unroll", "prefetch")}
         t = super().tiling(func, target, base)
-        stages, split = config.get("stages", 1), config.get("split_k", 1)
+        split = config.get("split_k", 1)
         k = next(a for a in t.step)
-        tile = dict(t.block_tile, **{k: -(-t.block_tile[k] // split)})
-        return Tiling(t.main_block, tile, t.thread_tile, t.step, t.threads, t.shared_bytes * stages,
-                      t.registers, t.vector, stages, split, t.tensor_core)
+        return dataclasses.replace(t, block_tile=dict(t.block_tile, **{k: -(-t.block_tile[k] // split)}),
+                                   split_k=split)
 
 
 def knob_scaling(target: str, repeat: int) -> list[str]:
@@ -141,13 +131,14 @@ def knob_scaling(target: str, repeat: int) -> list[str]:
         rule = WiderMatmul(extra)
         for method in ("exhaustive", "grow"):
             func = sl.workloads.matmul(4096, 4096, 4096, "float16")
-            size = rule.space(func, resolve(target)).size
-            if method == "exhaustive" and size > 40000:
-                rows.append(f"  {9 + extra} knobs, {size:>6} points, exhaustive: skipped (too many points)")
+            space = rule.space(func, resolve(target))
+            size, count = space.size, len(space.knobs)
+            if method == "exhaustive" and size > 300_000:
+                rows.append(f"  {count} knobs, {size:>7} points, exhaustive: skipped (too many points)")
                 continue
             wall, cpu, df = _timed(lambda rule=rule, method=method: sl.carver.carve(
                 sl.workloads.matmul(4096, 4096, 4096, "float16"), target, rule=rule, method=method), repeat)
-            rows.append(f"  {9 + extra} knobs, {size:>6} points, {method:10s}: {wall * 1e3:6.0f} ms wall "
+            rows.append(f"  {count} knobs, {size:>7} points, {method:10s}: {wall * 1e3:6.0f} ms wall "
                         f"{cpu * 1e3:6.0f} ms cpu, {df.attrs['evaluated']} modelled, "
                         f"best {df.iloc[0]['est_time_us']:.4g} us")
     return rows

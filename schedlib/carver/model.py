@@ -22,8 +22,10 @@ other resident blocks fill that time.
 
 Memory: L2 bytes are every block's tile footprints in 32-byte sectors.  DRAM bytes are the compulsory
 bytes (each input read once, each output written once) plus the re-reads of data several blocks read,
-in proportion to how far one wave's working set of such data exceeds the usable L2.  Shared/L1 bytes
-count one 4-byte bank slot per element a thread loads into registers, plus the staging copies.
+in proportion to how far one wave's working set of such data exceeds the usable L2 (a tiling's
+``raster`` reshapes that wave: see :func:`~schedlib.carver.traffic.distinct_per_wave`).  Shared/L1 bytes
+count one 4-byte bank slot per element a thread loads into registers, plus the staging copies; mma
+operands instead move as ldmatrix rows, each warp reading its warp tile once per k.
 
 Compute: arithmetic runs at the FP32 lane rate (the main block at the tensor-core peak when the tiling
 says so) and every instruction, loads included, takes an issue slot; threads with no point left still
@@ -120,10 +122,10 @@ def _staged(problem: Problem, tiling: Tiling, geo: Geometry) -> set[str]:
     return set(need) if 0.9 * tiling.shared_bytes <= total <= tiling.shared_bytes * 1.001 else set()
 
 
-def _traffic(problem: Problem, geo: Geometry, resident: int, sector: int) -> tuple:
+def _traffic(problem: Problem, geo: Geometry, resident: int, sector: int, raster: int = 1) -> tuple:
     """Per-access traffic and its sums: L2 bytes, the wave's re-read working set, one block's
     footprint, useful bytes and re-read bytes."""
-    wave = wave_tile(geo, distinct_per_wave(problem, geo, resident))
+    wave = wave_tile(geo, distinct_per_wave(problem, geo, resident, raster))
     loads = [access_traffic(a, geo, wave, sector) for a in problem.loads]
     stores = [access_traffic(a, geo, wave, sector) for a in problem.stores]
     # Only re-read data needs to stay in L2: an access whose blocks together read more than its size.
@@ -159,10 +161,11 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     # Traffic depends only on the tile shape and the blocks resident per wave; configs differing in
     # thread tiles or vector width share it, so the ranking memoises it.
     resident = max(1, min(grid, max(bps, 1) * sm))
-    memo_key = (tuple(geo.padded.values()), tuple(geo.step.values()), resident)
+    raster = max(1, int(getattr(tiling, "raster", 1)))
+    memo_key = (tuple(geo.padded.values()), tuple(geo.step.values()), resident, raster)
     cached = memo.get(memo_key) if memo is not None else None
     if cached is None:
-        cached = _traffic(problem, geo, resident, sector)
+        cached = _traffic(problem, geo, resident, sector, raster)
         if memo is not None:
             memo[memo_key] = cached
     loads, stores, l2_bytes, wave_set, block_global, useful_bytes, rereads = cached
@@ -180,7 +183,16 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     port_block = sum(t.block_bytes for t in stores)
     mem_instr_block = sum(t.block_bytes / t.access.nbytes for t in stores)  # one store per element
     vector = max(1, int(tiling.vector))
+    warp_tile = getattr(tiling, "warp_tile", None) or {}
     for (acc, spatial, has_reduce), t in zip(problem.load_shape, loads):
+        if tiling.tensor_core and warp_tile and has_reduce and acc.buffer in staged:
+            # mma operands: each warp reads its warp tile's rows per k with ldmatrix (16 bytes per lane and
+            # instruction, no 4-byte slot per element), and the tile arrives by 16-byte cp.async.
+            warps = threads / profile.warp_size
+            frag_bytes = warps * math.prod(warp_tile.get(a, 1) for a in spatial) * acc.nbytes * reduce_per_thread
+            port_block += frag_bytes + t.block_bytes
+            mem_instr_block += (frag_bytes + t.block_bytes) / 16
+            continue
         frag = math.prod(thread_tile.get(a, 1) for a in spatial)
         # register loads, one per element; at least the block's footprint (a Tiling without a thread
         # tile for an axis still has its threads read every element of it)
@@ -227,7 +239,8 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     # ---- one block's latency chain -----------------------------------------------------------------
     # Each loop step over global inputs (a reduction's pipeline step, a row pass of a row kernel, the
     # epilogue's loads) is one round trip the block waits for; a stages-deep pipeline overlaps them with
-    # arithmetic.  Dependent FMAs wait FMA_LATENCY_CYCLES unless the thread tile gives independent ones.
+    # arithmetic and keeps stages - 1 of them in flight (Little's law: the chain shortens by that factor).
+    # Dependent FMAs wait FMA_LATENCY_CYCLES unless the thread tile gives independent ones.
     stages = max(1, int(tiling.stages))
     round_trips = passes
     hit = 1.0 - min(1.0, dram_bytes / l2_bytes) if l2_bytes > 0 else 0.0
@@ -235,7 +248,7 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     lat_mem = round_trips * avg_latency
     ilp = min(FMA_LATENCY_CYCLES, max(1, math.prod(thread_tile.values())))
     lat_comp = ((simt_instr_block / threads) * FMA_LATENCY_CYCLES / ilp + combine_cycles) / profile.clock_hz
-    floor = lat_mem + lat_comp if stages == 1 else max(lat_mem, lat_comp)
+    floor = lat_mem + lat_comp if stages == 1 else max(lat_mem / (stages - 1), lat_comp)
 
     # ---- rounds (the wave model) -------------------------------------------------------------------
     dram_bw, l2_bw, shared_bw = profile.dram_bytes_per_s, profile.l2_bytes_per_s, profile.shared_bytes_per_s
@@ -317,6 +330,7 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
         "t_latency_us": floor * 1e6,
         "instructions": (simt_instr_block + mem_instr_block) * grid,
         "round_trips_per_block": round_trips,
+        "pipeline_stages": stages,
         "avg_latency_ns": avg_latency * 1e9,
         "roofline_bound": roof_level,
         "bound": bound,

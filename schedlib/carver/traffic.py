@@ -120,14 +120,28 @@ class AccessTraffic:
     factor: float  # sector rounding factor
 
 
-def distinct_per_wave(problem: Problem, geo: Geometry, resident: int) -> dict[str, int]:
-    """Distinct tile indices along each axis among ``resident`` consecutively launched blocks."""
+def distinct_per_wave(problem: Problem, geo: Geometry, resident: int, raster: int = 1) -> dict[str, int]:
+    """Distinct tile indices along each axis among ``resident`` consecutively launched blocks.
+
+    ``raster`` > 1 (a rule's swizzled block order): consecutive blocks walk ``raster`` rows of the last two
+    spatial axes column by column, so a wave covers about ``raster`` block rows and ``resident / raster``
+    block columns instead of whole rows."""
     order = [*problem.reduce, *problem.spatial]  # slowest first; the last spatial axis is blockIdx.x
     out: dict[str, int] = {}
     inner = 1
     for a in reversed(order):
         out[a] = min(geo.counts[a], -(-resident // inner))
         inner *= geo.counts[a]
+    if raster > 1 and len(problem.spatial) >= 2:
+        rows_axis, cols_axis = problem.spatial[-2], problem.spatial[-1]
+        rows, cols = geo.counts[rows_axis], geo.counts[cols_axis]
+        group = min(raster, rows)
+        if resident <= group * cols:  # the wave stays within one group of block rows
+            out[rows_axis] = min(group, resident)
+            out[cols_axis] = min(cols, -(-resident // group))
+        else:
+            out[rows_axis] = min(rows, group * -(-resident // (group * cols)))
+            out[cols_axis] = cols
     return out
 
 

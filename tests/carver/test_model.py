@@ -27,7 +27,7 @@ MATMUL = get_rule("matmul")
 
 def _config(bm: int, bn: int, bk: int, tm: int, tn: int, vector: int) -> dict:
     return {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn, "vector": vector,
-            "split_k": 1, "stages": 1, "tensor_core": False}
+            "split_k": 1, "stages": 1, "tensor_core": False, "raster": 1}
 
 
 # ---- sectors and contiguous runs ---------------------------------------------------------------------

@@ -188,7 +188,8 @@ def test_matmul_4096_ranking_time() -> None:
     start = time.perf_counter()
     df = sl.carver.carve(f, "h100")
     elapsed = time.perf_counter() - start
-    assert len(df) == 10 and df.iloc[0]["bound"] in ("compute", "shared")
+    # On tensor cores a 128x128 tile re-reads 2.2 GB through L2 (9.7 TB/s): L2 binds before the 989 TFLOPS.
+    assert len(df) == 10 and df.iloc[0]["bound"] in ("compute", "shared", "l2") and df.iloc[0]["tensor_core"]
     assert elapsed < 2.0, f"ranking took {elapsed:.2f} s (target 1 s; 2x headroom for a loaded machine)"
 
 
