@@ -2,9 +2,12 @@
 
 The exact generated source (``cuda_prelude.cuh`` + kernels) is compiled by g++ against the
 emulator header ``sl_cuda_emu.h``: CUDA threads become fibers, a block runs on one OS thread,
-blocks spread over a pool of OS threads. Barrier deadlocks, and in ``bounds_check`` mode every
-out-of-range global or shared access, come back as :class:`~schedlib.errors.EmulatorError`
-naming the kernel, buffer, index, block and thread.
+blocks spread over a pool of OS threads. ``cp.async`` is asynchronous per thread as on the GPU
+(a copy lands at the issuing thread's ``cp.async.wait_group`` that completes its group), so a
+pipeline that reads a stage too early computes with stale shared memory. Barrier deadlocks, a
+thread exiting with ``cp.async`` copies in flight, and in ``bounds_check`` mode every out-of-range
+global or shared access, come back as :class:`~schedlib.errors.EmulatorError` naming the kernel,
+buffer, index, block and thread.
 
 Environment: ``SCHEDLIB_EMU_THREADS`` (OS threads, default: all cores), ``SCHEDLIB_EMU_STACK_KB``
 (fiber stack size, default 128), ``SCHEDLIB_GXX`` (compiler, default ``g++`` on PATH).

@@ -7,13 +7,15 @@
 // release them: that is a deadlock and is reported with the kernel, block and waiting threads.
 // Errors raised inside a fiber (bounds, deadlock) switch straight back to the block's scheduler;
 // the abandoned fibers own no resources, their stacks are simply reused. A canary word at the
-// bottom of each stack is checked when the fiber exits (stack overflow is then reported).
+// bottom of each stack is checked when the fiber exits (stack overflow is then reported), and so is
+// the fiber's cp.async queue: a thread that exits with copies in flight is reported (sl_emu_warp.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "sl_emu_types.h"
 
@@ -74,12 +76,25 @@ struct Ctx {
 #endif
 };
 
+// One issued, not yet completed 16-byte cp.async (sl_emu_warp.h): neither end is touched until
+// the sl_cp_async_wait that completes its group.
+struct CpAsync {
+  unsigned char* dst;
+  const unsigned char* src;
+  unsigned long long group;  // the thread's cp.async-group: number of commits before the issue
+};
+
 struct Fiber {
   Ctx ctx;
   uint3 tid;
   int linear = 0, warp = 0, lane = 0;
   int state = kReady;
   uint64_t* canary = nullptr;  // lowest word of this fiber's stack
+  // cp.async state of this CUDA thread: copies in issue order (so group order), and the number of
+  // commits so far (= the open group). The vector is cleared, not freed, for each block, so its
+  // capacity is reused; sl_cp_async_16 bounds its length.
+  std::vector<CpAsync> cp_pending;
+  unsigned long long cp_commits = 0;
 };
 
 struct Warp {
@@ -296,8 +311,41 @@ inline const unsigned char* warp_exchange(const void* mine, size_t bytes) {
   return buf;
 }
 
+// "shared buffer 'As' at byte 48" (bounds mode registers the block's shared buffers) or the address.
+inline std::string shared_place(const BlockCtx& b, const unsigned char* p) {
+  for (int i = 0; i < b.nshared; ++i) {
+    const Range& r = b.shared[i];
+    if (r.lo <= p && p < r.lo + r.bytes)
+      return "shared buffer '" + std::string(r.name) + "' at byte " + std::to_string(p - r.lo);
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "shared address %p", static_cast<const void*>(p));
+  return buf;
+}
+
+// A thread may not exit with cp.async copies in flight: only its own wait_group can make them
+// visible, so no thread was entitled to read that data, and a copy nobody may read is a missing
+// wait (or dead work that still races with whatever reuses the shared memory). Pending empty
+// groups are fine: the PTX ISA calls an empty cp.async-group trivially complete.
+[[noreturn]] __attribute__((noinline, cold)) inline void cp_async_pending_at_exit(BlockCtx* b, Fiber* f) {
+  size_t uncommitted = 0;
+  for (const CpAsync& c : f->cp_pending) uncommitted += c.group == f->cp_commits;
+  const size_t n = f->cp_pending.size(), committed = n - uncommitted;
+  std::string what;
+  if (committed) what += std::to_string(committed) + " in committed groups never waited for";
+  if (uncommitted) what += std::string(committed ? ", " : "") + std::to_string(uncommitted) + " never committed";
+  fail_block(b, f, "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) + " thread " + thread_str(*f) +
+                       ": exits with " + std::to_string(n) + " cp.async cop" + (n == 1 ? "y" : "ies") +
+                       " still pending (" + what + "; oldest: 16 bytes into " +
+                       shared_place(*b, f->cp_pending.front().dst) +
+                       "): every cp.async must be committed (sl_cp_async_commit) and waited for "
+                       "(sl_cp_async_wait<N>) before the thread exits; on the GPU these copies were never "
+                       "made visible to any thread");
+}
+
 [[noreturn]] inline void fiber_exit(BlockCtx* b, Fiber* f) {
   check_stack(b, f);
+  if (__builtin_expect(!f->cp_pending.empty(), 0)) cp_async_pending_at_exit(b, f);
   f->state = kExited;
   ++b->exited;
   if (b->qhead != b->qtail) {
@@ -339,6 +387,8 @@ inline void run_block(BlockCtx* b, unsigned char* stacks, size_t stride, size_t 
     f.linear = i;
     f.warp = i / 32;
     f.lane = i % 32;
+    f.cp_pending.clear();  // each block starts with no cp.async state (the capacity stays)
+    f.cp_commits = 0;
     ctx_init(&f, stacks + static_cast<size_t>(i) * stride, stack_bytes);
     push_ready(b, i);
   }

@@ -5,12 +5,13 @@
 // values exactly as in lock-step execution. All existing lanes of the warp must take part (masks
 // that leave lanes out are refused), and a lane whose partner never arrives is a reported deadlock.
 // ldmatrix and mma follow the per-lane fragment layouts of the PTX ISA, so fragments built here
-// are bit-for-bit the ones the GPU would hold.
+// are bit-for-bit the ones the GPU would hold. cp.async is asynchronous per thread (see below).
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "sl_emu_memory.h"
 
@@ -201,18 +202,74 @@ inline void sl_ldmatrix_x2_trans(unsigned r[2], const void* p) {
   ::sl_emu::ldmatrix<2, true>(r, p, "sl_ldmatrix_x2_trans");
 }
 
-// cp.async as a synchronous copy: the data is in place before the commit/wait that must follow.
-inline void sl_cp_async_16(void* smem_dst, const void* gmem_src) {
-  ::sl_emu::check_align(smem_dst, 16, "sl_cp_async_16", ": shared destination");
-  ::sl_emu::check_align(gmem_src, 16, "sl_cp_async_16", ": global source");
+// cp.async, asynchronous as on the GPU, so that a pipeline that waits on the wrong group or reads a
+// stage before its wait + barrier computes with stale shared memory here too. PTX ISA,
+// "cp.async.commit_group": it "batches all prior cp.async instructions initiated by the executing
+// thread but not committed to any cp.async-group into the new cp.async-group. If there are no
+// uncommitted cp.async instructions then cp.async.commit_group results in an empty cp.async-group."
+// PTX ISA, "cp.async.wait_group / cp.async.wait_all": wait_group N waits "till only N or fewer of
+// the most recent cp.async-groups are pending and all the prior cp.async-groups committed by the
+// executing threads are complete", and "cp.async.wait_all is equivalent to: cp.async.commit_group;
+// cp.async.wait_group 0;" -- that commit would be pointless if wait_group also completed uncommitted
+// copies, so it does not: copies issued after the last commit stay pending here.
+//
+// So each thread (fiber) keeps its issued copies in order, tagged with their group (the number of
+// commits before the issue): sl_cp_async_16 records and writes nothing, sl_cp_async_commit counts a
+// group (empty or not), sl_cp_async_wait<N> performs the copies of every committed group except the
+// newest N, oldest first. The data lands at the latest legal moment, the completing wait, and only
+// the issuing thread's wait completes it. Another thread may rely on it only after that wait and a
+// later barrier, which is all the GPU guarantees; a thread that skips the barrier reads stale data
+// here whenever the fiber order runs its read before the copying thread's wait.
+//
+// The source is read at completion, not captured at issue. The GPU may read it at any time between
+// the issue and the completing wait, so both are legal; reading last is the stricter choice: a write
+// to the source after the issue (by this thread or any other, say a producer that fills the global
+// buffer late) races on the GPU and changes the result here, where a capture at issue would hide it.
+// It also keeps each record to two pointers and a group, no payload. A WAR hazard on the destination
+// (a slot refilled while another warp still reads it) is caught by neither choice: the refill lands
+// even later than a synchronous copy would; only the barrier before the refill guards against it.
+namespace sl_emu {
+
+// A correct kernel has at most one copy in flight per 16 bytes of shared memory (PTX: copies that
+// are not ordered by a wait, same group or not, to one location are undefined), and the GPU has at
+// most 227 KiB of it; more pending copies is a bug, and the cap keeps the queue bounded.
+constexpr size_t kMaxCpAsyncPending = 232448 / 16;
+
+inline void cp_async_issue(void* smem_dst, const void* gmem_src) {
+  check_align(smem_dst, 16, "sl_cp_async_16", ": shared destination");
+  check_align(gmem_src, 16, "sl_cp_async_16", ": global source");
 #ifdef SL_EMU_BOUNDS
-  ::sl_emu::check_bytes(gmem_src, 16, false, "sl_cp_async_16 source");
-  ::sl_emu::check_bytes(smem_dst, 16, true, "sl_cp_async_16 destination");
+  check_bytes(gmem_src, 16, false, "sl_cp_async_16 source");
+  check_bytes(smem_dst, 16, true, "sl_cp_async_16 destination");
 #endif
-  std::memcpy(smem_dst, gmem_src, 16);
+  Fiber* f = sl_emu_tls_fiber;
+  if (__builtin_expect(f->cp_pending.size() >= kMaxCpAsyncPending, 0))
+    fail("sl_cp_async_16: " + std::to_string(f->cp_pending.size()) + " copies of this thread are already in flight, "
+         "as many as there are 16-byte chunks in 227 KiB of shared memory: some destination is written twice "
+         "without a sl_cp_async_wait in between (unordered on the GPU), or the kernel never waits");
+  f->cp_pending.push_back(CpAsync{static_cast<unsigned char*>(smem_dst), static_cast<const unsigned char*>(gmem_src),
+                                  f->cp_commits});
 }
-inline void sl_cp_async_commit() {}
+
+// Perform, in issue order, every pending copy of the groups before `group` (all older groups).
+inline void cp_async_complete_before(Fiber* f, unsigned long long group) {
+  std::vector<CpAsync>& q = f->cp_pending;
+  size_t n = 0;
+  for (; n < q.size() && q[n].group < group; ++n) std::memcpy(q[n].dst, q[n].src, 16);
+  if (n) q.erase(q.begin(), q.begin() + static_cast<ptrdiff_t>(n));
+}
+
+}  // namespace sl_emu
+
+inline void sl_cp_async_16(void* smem_dst, const void* gmem_src) { ::sl_emu::cp_async_issue(smem_dst, gmem_src); }
+inline void sl_cp_async_commit() { ++sl_emu_tls_fiber->cp_commits; }
+// Complete all committed groups but the newest N (copies not yet committed stay pending).
 template <int N>
-inline void sl_cp_async_wait() {}
+inline void sl_cp_async_wait() {
+  static_assert(N >= 0, "cp.async.wait_group takes a non-negative constant");
+  ::sl_emu::Fiber* f = sl_emu_tls_fiber;
+  if (f->cp_commits > static_cast<unsigned long long>(N))
+    ::sl_emu::cp_async_complete_before(f, f->cp_commits - static_cast<unsigned long long>(N));
+}
 
 inline void __trap() { ::sl_emu::fail("__trap() called"); }
