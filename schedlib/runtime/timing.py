@@ -1,4 +1,9 @@
-"""Timing on the GPU with CUDA events: warm-up, an L2 flush before every repetition, median and spread."""
+"""Timing on the GPU: warm-up, an L2 flush before every repetition, median and spread.
+
+:func:`repetitions` is the one timing policy of the project, written against two callables (time one run,
+flush the cache) so the search's measuring worker, the report and the GPU suite all time kernels the same
+way, and tests can drive it with a fake clock.  :func:`benchmark` binds it to cupy's CUDA events.
+"""
 
 from __future__ import annotations
 
@@ -16,22 +21,55 @@ def l2_flush_buffer(l2_bytes: int) -> Any:
     return cp.empty(max(2 * int(l2_bytes), 1 << 20) // 4, dtype=cp.float32)
 
 
-def benchmark(fn: Callable[[], Any], *, warmup: int = 5, repeat: int = 20, flush: Any = None) -> dict[str, float]:
-    """Median / p20 / p80 of ``fn``'s device time in microseconds, each repetition timed alone."""
-    cp = require_cupy()
-    for _ in range(warmup):
-        fn()
-    cp.cuda.Device().synchronize()
+def repetitions(time_us: Callable[[], float], flush: Callable[[int], None] | None = None, *, warmup_runs: int = 3,
+                warmup_ms: float = 0.0, min_repeats: int = 20, max_repeats: int = 20, target_ms: float = 0.0,
+                factor: float = 1.0) -> list[float]:
+    """Times of single runs in microseconds, each after ``flush(i)`` (when given).
+
+    Warm-up: at least ``warmup_runs`` runs and ``warmup_ms`` of device time (clocks ramp up, caches and the
+    instruction cache fill, lazy module loading happens).  Then as many timed runs as fill ``target_ms``,
+    clamped to ``[min_repeats, max_repeats]`` and scaled by ``factor`` (the final re-benchmark asks for more).
+    """
+    spent, runs = 0.0, 0
+    while runs < warmup_runs or spent < warmup_ms * 1000:
+        spent += time_us()
+        runs += 1
+        if runs >= 1000:
+            break
+    per_run = max(spent / max(runs, 1), 1e-3)
+    n = int(min(max(target_ms * 1000 / per_run, min_repeats), max_repeats) * factor)
     times = []
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    for _ in range(repeat):
+    for i in range(max(n, 1)):
         if flush is not None:
-            flush.fill(1.0)
+            flush(i)
+        times.append(time_us())
+    return times
+
+
+def summarize(times_us: list[float]) -> dict[str, float]:
+    """Median with the 20th/80th percentiles (the spread a report shows)."""
+    arr = np.asarray(times_us, dtype=float)
+    return {"median_us": float(np.median(arr)), "p20_us": float(np.percentile(arr, 20)),
+            "p80_us": float(np.percentile(arr, 80)), "repeat": len(times_us)}
+
+
+def event_timer(fn: Callable[[], Any]) -> Callable[[], float]:
+    """``fn``'s device time in microseconds, measured with CUDA events on the current stream."""
+    cp = require_cupy()
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+
+    def time_us() -> float:
         start.record()
         fn()
         stop.record()
         stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) * 1e3)
-    arr = np.asarray(times)
-    return {"median_us": float(np.median(arr)), "p20_us": float(np.percentile(arr, 20)),
-            "p80_us": float(np.percentile(arr, 80)), "repeat": repeat}
+        return float(cp.cuda.get_elapsed_time(start, stop)) * 1e3
+
+    return time_us
+
+
+def benchmark(fn: Callable[[], Any], *, warmup: int = 5, repeat: int = 20, flush: Any = None) -> dict[str, float]:
+    """Median / p20 / p80 of ``fn``'s device time in microseconds, each repetition timed alone."""
+    times = repetitions(event_timer(fn), (lambda i: flush.fill(1.0)) if flush is not None else None,
+                        warmup_runs=warmup, min_repeats=repeat, max_repeats=repeat)
+    return summarize(times)

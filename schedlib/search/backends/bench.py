@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from schedlib.ir.dtype import numpy_dtype
+from schedlib.runtime.timing import event_timer, repetitions
 
 INT_SENTINEL = -123456789  # an output element no kernel wrote keeps this (ints) or NaN (floats)
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # relative to max|ref| + |ref|; 16-bit floats get 1e-2
@@ -79,12 +80,7 @@ class CupyDevice:
         buffer.fill(value)  # a memset kernel on the same stream, before the start event
 
     def time_us(self, run: Callable[[], None]) -> float:
-        start, end = self.xp.cuda.Event(), self.xp.cuda.Event()
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        return float(self.xp.cuda.get_elapsed_time(start, end)) * 1000.0
+        return event_timer(run)()
 
     def fault(self, exc: BaseException) -> DeviceFault:
         """Classify a cupy/CUDA exception by its error name (cudaErrorIllegalAddress, CUDA_ERROR_...)."""
@@ -234,21 +230,13 @@ class KernelBench:
 
     # timing ------------------------------------------------------------------------------------
     def time_kernel(self, run: Callable[[], None], factor: float = 1.0) -> list[float]:
-        """Warm up for ``warmup_ms``, then time repetitions, each after flushing L2."""
+        """Warm up for ``warmup_ms``, then time repetitions, each after flushing L2 (the project's one policy,
+        :func:`schedlib.runtime.timing.repetitions`)."""
         t = self.timing
-        spent, runs = 0.0, 0
-        while runs < 3 or spent < t["warmup_ms"] * 1000:
-            spent += self.dev.time_us(run)
-            runs += 1
-            if runs >= 1000:
-                break
-        per_run = max(spent / runs, 1e-3)
-        n = int(min(max(t["target_ms"] * 1000 / per_run, t["min_repeats"]), t["max_repeats"]) * factor)
-        times = []
-        for i in range(max(n, 1)):
-            self.dev.flush(self.flush_buffer, i & 0xFF)  # write 2x L2: every repetition starts with a cold L2
-            times.append(self.dev.time_us(run))
-        return times
+        # writing 2x L2 between repetitions: every timed run starts with a cold L2
+        return repetitions(lambda: self.dev.time_us(run), lambda i: self.dev.flush(self.flush_buffer, i & 0xFF),
+                           warmup_ms=t["warmup_ms"], target_ms=t["target_ms"], min_repeats=int(t["min_repeats"]),
+                           max_repeats=int(t["max_repeats"]), factor=factor)
 
     def _fault(self, exc: Exception) -> DeviceFault:
         return exc if isinstance(exc, DeviceFault) else self.dev.fault(exc)
