@@ -85,3 +85,52 @@ def test_unknown_strategy_and_bad_trials_are_refused() -> None:
                backend=S.ReplayBackend(toy_table()), rule=ToyRule())
     with pytest.raises(ValueError, match="trials=0"):
         S.tune(toy_func(), "h100", trials=0, storage="memory", backend=S.ReplayBackend(toy_table()), rule=ToyRule())
+
+
+def test_tpe_screens_its_ranked_candidates_from_one_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Screening K TPE proposals costs one Parzen fit, not K (the step overhead at 500 records)."""
+    from optuna.samplers import TPESampler
+
+    from schedlib.search.strategies import RankingTPESampler, make_strategy
+
+    fits = []
+    real = TPESampler._sample
+
+    def counting(self, study, trial, search_space):
+        fits.append(trial.number)
+        return real(self, study, trial, search_space)
+
+    monkeypatch.setattr(TPESampler, "_sample", counting)
+    strategy = make_strategy("tpe", seed=0)
+    assert isinstance(strategy.sampler, RankingTPESampler) and strategy.screen_k == 8
+    func, table = matmul_table(512, 512, 512)
+    res = S.tune(func, "h100", trials=40, strategy="tpe", storage="memory", backend=S.ReplayBackend(table),
+                 quiet=True, warm_start=False, features="knobs")
+    sources = res.records.set_index("trial")["source"]
+    screened = sources[sources == "tpe+model"]
+    assert len(screened) >= 10, "the model should screen TPE's candidates once it is trained"
+    per_trial = {int(n): fits.count(int(n)) for n in screened.index}
+    # before TPE's 10 startup trials it samples independently (no fit at all); after, one fit per trial
+    assert max(per_trial.values()) == 1, per_trial
+    fitted = [n for n, c in per_trial.items() if c == 1]
+    assert min(fitted) >= 10 and len(fitted) >= len(per_trial) - 2, per_trial
+
+
+def test_ranked_candidates_are_legal_value_indices_best_first() -> None:
+    import optuna
+
+    from schedlib.search.strategies import RankingTPESampler
+
+    sampler = RankingTPESampler(seed=1, n_startup_trials=3, n_ei_candidates=12, multivariate=True)
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(lambda t: (t.suggest_int("a", 0, 5) - 2) ** 2 + t.suggest_int("b", 0, 3), n_trials=12)
+    assert sampler.take_ranked(), "the last trial's fit left its candidates"
+    assert sampler.take_ranked() == [], "candidates are handed out once"
+    trial = study.ask()
+    params = sampler.sample_relative(study, optuna.trial.FrozenTrial(
+        number=trial.number, state=optuna.trial.TrialState.RUNNING, value=None, datetime_start=None,
+        datetime_complete=None, params={}, distributions={}, user_attrs={}, system_attrs={},
+        intermediate_values={}, trial_id=trial._trial_id), study._get_trials(deepcopy=False)[0].distributions)
+    ranked = sampler.take_ranked()
+    assert len(ranked) == 12 and ranked[0] == params, "TPE's own pick heads the list"
+    assert all(0 <= c["a"] <= 5 and 0 <= c["b"] <= 3 and isinstance(c["a"], int) for c in ranked)
