@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 from optuna.distributions import BaseDistribution, IntDistribution
 
 from schedlib.rules.base import Config, Space
@@ -32,6 +33,7 @@ class SpaceCodec:
         self.distributions: dict[str, BaseDistribution] = {
             k.name: IntDistribution(0, len(k.values) - 1) for k in self.free}
         self._legal: list[Config] | None = None
+        self._coords: np.ndarray | None = None  # legal points as scaled value indices (for spread)
 
     def decode(self, params: Mapping[str, Any]) -> Config:
         """Params (value indices) -> config; raises KeyError naming a missing knob."""
@@ -84,6 +86,43 @@ class SpaceCodec:
             return None
         rest = [c for c in self.legal() if self.key(c) not in taken]
         return dict(rng.choice(rest)) if rest else None
+
+    def spread(self, rng: random.Random, taken: set[str] | frozenset[str], n: int) -> list[Config]:
+        """``n`` untried legal points, each as far as possible from the recorded ones and each other.
+
+        Greedy max-min distance over the knobs' value indices scaled to [0, 1] (ties broken at random): a
+        cost model trained on a handful of such points has seen every knob at both ends of its range, where
+        random points often cluster.  Falls back to random points for spaces too large to list.
+        """
+        if not self.enumerable or not self.free:
+            out: list[Config] = []
+            for _ in range(n):
+                config = self.unrecorded(rng, taken | {self.key(c) for c in out})
+                if config is None:
+                    break
+                out.append(config)
+            return out
+        legal = self.legal()
+        if self._coords is None:
+            self._coords = np.array([[k.values.index(c[k.name]) / (len(k.values) - 1) for k in self.free]
+                                     for c in legal])
+        keys = [self.key(c) for c in legal]
+        chosen = [i for i, key in enumerate(keys) if key in taken]
+        free = np.array([key not in taken for key in keys])
+        nearest = np.full(len(legal), np.inf)
+        for i in chosen:
+            nearest = np.minimum(nearest, ((self._coords - self._coords[i]) ** 2).sum(axis=1))
+        out = []
+        jitter = np.array([rng.random() for _ in legal]) * 1e-9
+        for _ in range(min(n, int(free.sum()))):
+            if np.isinf(nearest).all():  # nothing recorded yet: the first point is random
+                i = rng.choice(np.flatnonzero(free).tolist())
+            else:
+                i = int(np.argmax(np.where(free, nearest + jitter, -np.inf)))
+            out.append(dict(legal[i]))
+            free[i] = False
+            nearest = np.minimum(nearest, ((self._coords - self._coords[i]) ** 2).sum(axis=1))
+        return out
 
     def neighbours(self, config: Mapping[str, Any]) -> Iterator[Config]:
         """Configs that differ in one knob by one step of its ordered values (legal or not)."""

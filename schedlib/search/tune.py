@@ -65,6 +65,7 @@ from schedlib.search.strategies import STRATEGIES, GuidedSampler, SearchContext,
 
 log = logging.getLogger("schedlib.search")
 DEFAULT_TIMEOUT_S = 30.0  # per measurement, compile included (subprocess backends only)
+MODEL_MIN_TRAIN = 4  # records before the cost model starts screening (see benchmarks/search_strategies.py)
 STUCK_LIMIT = 25  # non-measuring proposals in a row before the tuner injects a random untried config
 
 
@@ -279,7 +280,8 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
          backend: str | Backend = "estimate", *, seed: int = 0, quiet: bool = False, warm_start: bool = True,
          timeout_per_trial: float | None = None, rule: Rule | str | None = None, screen: int | None = None,
          topk: int = 8, features: str = "auto", stop_below_us: float | None = None,
-         rebenchmark_top: int = 3, replay: str | os.PathLike[str] | None = None) -> TuneResult:
+         rebenchmark_top: int = 3, replay: str | os.PathLike[str] | None = None,
+         model_objective: str = "rank") -> TuneResult:
     """Search the knob space of the rule that takes ``func`` until the study holds ``trials`` records.
 
     strategy: one of ``tpe``, ``cmaes``, ``nsga2``, ``random``, ``grid``, ``evolutionary``.
@@ -291,11 +293,16 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
     screen: candidates drawn per trial for cost-model screening (tpe/nsga2 default 8; 0 turns it off).
     features: ``"auto"`` (knobs, tiling and carver figures when importable) or ``"knobs"`` (no carver).
     stop_below_us: stop as soon as a config this fast is recorded.
+    model_objective: the cost model's XGBoost objective, ``"rank"`` (pairwise ranking; the default, because
+        the search only ever asks the model which candidate is fastest) or ``"regression"`` (log-time, for
+        a model whose predictions you want to read as times).
     """
     if not isinstance(trials, int) or trials < 1:
         raise ValueError(f"tune: trials={trials!r}; expected an int >= 1")
     if strategy not in STRATEGIES:
         raise ValueError(f"tune: unknown strategy {strategy!r}; expected one of {list(STRATEGIES)}")
+    if model_objective not in ("rank", "regression"):
+        raise ValueError(f"tune: model_objective={model_objective!r}; expected 'rank' or 'regression'")
     if features not in ("auto", "knobs"):
         raise ValueError(f"tune: features={features!r}; expected 'auto' or 'knobs'")
     profile = resolve(target)
@@ -311,8 +318,9 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
     key = TuningKey.for_workload(func, profile.key, chosen.name, be.key)
     store, lock_path = resolve_storage(storage)
     strat = make_strategy(strategy, seed, screen)
+    # The model starts screening after MODEL_MIN_TRAIN records: a rough ranking beats none so early.
     model = CostModel(Featurizer(func, profile, chosen, codec.space, carver="auto" if features == "auto" else False),
-                      seed=seed)
+                      objective=model_objective, min_train=MODEL_MIN_TRAIN, seed=seed)
     with _quiet_optuna():
         study = open_study(store, key, func, GuidedSampler(strat))
         tuner = _Tuner(func, profile, chosen, be, strat, study, codec, model, StudyLock(lock_path), seed,
