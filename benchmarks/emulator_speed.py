@@ -18,29 +18,16 @@ import time
 # numpy's BLAS threads spin after the reference check and would steal the core being measured.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from pathlib import Path
+
 import numpy as np
 
 from schedlib.runtime.emulator import KernelLaunch, cuda_prelude, emulate
 
-MATMUL = r"""
-#define TILE 16
-extern "C" __global__ void __launch_bounds__(256)
-matmul(SL_GLOBAL(const float) A, SL_GLOBAL(const float) B, SL_GLOBAL(float) C, int M, int N, int K) {
-  SL_SHARED(float, As, TILE * TILE);
-  SL_SHARED(float, Bs, TILE * TILE);
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int row = blockIdx.y * TILE + ty, col = blockIdx.x * TILE + tx;
-  float acc = 0.0f;
-  for (int k0 = 0; k0 < K; k0 += TILE) {
-    As[ty * TILE + tx] = (row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f;
-    Bs[ty * TILE + tx] = (col < N && k0 + ty < K) ? B[(k0 + ty) * N + col] : 0.0f;
-    __syncthreads();
-    for (int k = 0; k < TILE; ++k) acc += As[ty * TILE + k] * Bs[k * TILE + tx];
-    __syncthreads();
-  }
-  if (row < M && col < N) C[row * N + col] = acc;
-}
-"""
+# The kernel the emulator's own tests run: a 16x16-tiled fp32 matmul through shared memory.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runtime"))
+from emu_kernels import MATMUL
+
 TARGETS = {64: 0.050, 256: 1.0}
 
 
