@@ -36,7 +36,7 @@ from schedlib.search.cost_model import CostModel
 from schedlib.search.database import RecordIndex
 
 STRATEGIES = ("tpe", "cmaes", "nsga2", "random", "grid", "evolutionary")
-DEFAULT_SCREEN = {"tpe": 8, "nsga2": 8}
+DEFAULT_SCREEN = {"tpe": 16, "nsga2": 16}  # candidates screened per trial (benchmarks/search_strategies.py)
 
 
 @dataclass

@@ -290,7 +290,7 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
         or a :class:`Backend`.
     warm_start: enqueue the rule default and the carver's ``topk`` first.
     timeout_per_trial: seconds before a measurement counts as hung (worker backends; default 30).
-    screen: candidates drawn per trial for cost-model screening (tpe/nsga2 default 8; 0 turns it off).
+    screen: candidates drawn per trial for cost-model screening (tpe/nsga2 default 16; 0 turns it off).
     features: ``"auto"`` (knobs, tiling and carver figures when importable) or ``"knobs"`` (no carver).
     stop_below_us: stop as soon as a config this fast is recorded.
     model_objective: the cost model's XGBoost objective, ``"rank"`` (pairwise ranking; the default, because

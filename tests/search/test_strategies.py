@@ -102,7 +102,7 @@ def test_tpe_screens_its_ranked_candidates_from_one_fit(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(TPESampler, "_sample", counting)
     strategy = make_strategy("tpe", seed=0)
-    assert isinstance(strategy.sampler, RankingTPESampler) and strategy.screen_k == 8
+    assert isinstance(strategy.sampler, RankingTPESampler) and strategy.screen_k == 16
     func, table = matmul_table(512, 512, 512)
     res = S.tune(func, "h100", trials=40, strategy="tpe", storage="memory", backend=S.ReplayBackend(table),
                  quiet=True, warm_start=False, features="knobs")
