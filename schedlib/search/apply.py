@@ -16,7 +16,14 @@ from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules import find_rule, get_rule
 from schedlib.rules.base import Rule
-from schedlib.search.database import NoRecordError, best_record, find_studies, resolve_storage, signature
+from schedlib.search.database import (
+    NoRecordError,
+    best_record,
+    find_studies,
+    resolve_storage,
+    signature,
+    space_digest,
+)
 
 
 def apply_best(func: Func, target: Any = "h100", storage: Any = None, *, rule: Rule | str | None = None,
@@ -29,7 +36,7 @@ def apply_best(func: Func, target: Any = "h100", storage: Any = None, *, rule: R
     profile = resolve(target)
     chosen = find_rule(func, profile) if rule is None else (get_rule(rule) if isinstance(rule, str) else rule)
     store, _ = resolve_storage(storage, create=False)
-    matches, others = find_studies(store, func, profile.key, chosen.name)
+    matches, others = find_studies(store, func, profile.key, chosen.name, space_digest(chosen.space(func, profile)))
     if backend is not None:
         matches = [k for k in matches if k.backend == backend]
     if not matches:

@@ -1,8 +1,9 @@
 """The tuning database: Optuna studies keyed by exactly what makes a measurement valid.
 
 A record is only reusable for the same computation at the same shapes on the same device, measured the
-same way by the same schedlib.  So the study name encodes a :class:`TuningKey`: rule, a hash of
-``str(func)`` of the *unscheduled* func (it spells out shapes, dtypes and structure), the device profile,
+same way by the same schedlib.  So the study name encodes a :class:`TuningKey`: rule, a digest of the rule's
+knob space (a template that gained or changed a knob is another template: its old configs cannot be built),
+a hash of ``str(func)`` of the *unscheduled* func (it spells out shapes, dtypes and structure), the device profile,
 ``schedlib.__version__``, the schema version of what we store, and the measuring backend (an estimate is not
 a GPU time).  :func:`apply_best` looks up that exact key and refuses otherwise - a record for another shape
 is never reused (the failure of tilelang issue #1250).
@@ -17,6 +18,7 @@ file-based storage, so two workers never claim the same config.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import socket
@@ -36,9 +38,10 @@ import schedlib
 from schedlib.cache import cache_dir, content_hash
 from schedlib.errors import SchedlibError
 from schedlib.ir.func import Func
+from schedlib.rules.base import Space
 from schedlib.search.records import COUNTED, INTERRUPTED, OK, RECORDS, config_key
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the knob-space digest joined the study name
 PREFIX = "schedlib"
 ATTR = "sl"  # all our per-trial data lives in this one user attribute: one storage write, not fifteen
 JOURNAL_SUFFIXES = (".log", ".journal")
@@ -54,6 +57,7 @@ class TuningKey:
     """Everything a measurement's validity depends on; the study name spells it out."""
 
     rule: str
+    space: str  # space_digest of the rule's knob space for this func and target
     workload: str
     device: str
     version: str
@@ -61,24 +65,25 @@ class TuningKey:
     backend: str
 
     @classmethod
-    def for_workload(cls, func: Func, device: str, rule: str, backend: str) -> TuningKey:
-        return cls(rule, workload_hash(func), device, schedlib.__version__, SCHEMA_VERSION, backend)
+    def for_workload(cls, func: Func, device: str, rule: str, backend: str, space: str) -> TuningKey:
+        return cls(rule, space, workload_hash(func), device, schedlib.__version__, SCHEMA_VERSION, backend)
 
     @property
     def study_name(self) -> str:
-        return "|".join((PREFIX, self.rule, self.workload, self.device, f"v{self.version}",
+        return "|".join((PREFIX, self.rule, f"k{self.space}", self.workload, self.device, f"v{self.version}",
                          f"s{self.schema}", self.backend))
 
     @classmethod
     def parse(cls, name: str) -> TuningKey | None:
         parts = name.split("|")
-        if len(parts) != 7 or parts[0] != PREFIX or not parts[4].startswith("v") or not parts[5].startswith("s"):
-            return None
+        if (len(parts) != 8 or parts[0] != PREFIX or not parts[2].startswith("k") or not parts[5].startswith("v")
+                or not parts[6].startswith("s")):
+            return None  # not ours, or written by a schedlib whose keys had another layout
         try:
-            schema = int(parts[5][1:])
+            schema = int(parts[6][1:])
         except ValueError:
             return None
-        return cls(parts[1], parts[2], parts[3], parts[4][1:], schema, parts[6])
+        return cls(parts[1], parts[2][1:], parts[3], parts[4], parts[5][1:], schema, parts[7])
 
     def backend_kind(self) -> str:
         return self.backend.split("-", 1)[0]
@@ -89,6 +94,11 @@ def workload_hash(func: Func) -> str:
     if not isinstance(func, Func):
         raise TypeError(f"tuning needs a Func (from sl.func or sl.workloads), got {type(func).__name__}")
     return content_hash(str(func))
+
+
+def space_digest(space: Space) -> str:
+    """Digest of a knob space's names and values: records are valid only for the template that made them."""
+    return content_hash(json.dumps([[k.name, [repr(v) for v in k.values]] for k in space.knobs]))[:12]
 
 
 def signature(func: Func) -> str:
@@ -338,21 +348,25 @@ def best_record(study: optuna.Study) -> Record | None:
     return min(ok, key=lambda r: rebench.get(config_key(r.config), r.time_us))
 
 
-def find_studies(storage: BaseStorage, func: Func, device: str, rule: str) -> tuple[list[TuningKey], list[str]]:
-    """Keys of this exact workload in ``storage``, and one line per other recorded workload of the rule."""
-    want = TuningKey.for_workload(func, device, rule, "*")
+def find_studies(storage: BaseStorage, func: Func, device: str, rule: str,
+                 space: str) -> tuple[list[TuningKey], list[str]]:
+    """Keys of this exact workload and knob space in ``storage``, and one line per other recorded study of the
+    rule (another shape, device, version or knob space)."""
+    want = TuningKey.for_workload(func, device, rule, "*", space)
     matches, others = [], []
     for summary in storage.get_all_studies():
         key = TuningKey.parse(summary.study_name)
         if key is None or key.rule != rule:
             continue
-        same = (key.workload, key.device, key.version, key.schema) == (
-            want.workload, want.device, want.version, want.schema)
+        same = (key.space, key.workload, key.device, key.version, key.schema) == (
+            want.space, want.workload, want.device, want.version, want.schema)
         if same:
             matches.append(key)
         else:
             sig = summary.user_attrs.get("signature", "?")
-            others.append(f"{sig} on {key.device} (schedlib {key.version}, schema {key.schema}, {key.backend})")
+            space_note = "" if key.space == space else ", another knob space"
+            others.append(f"{sig} on {key.device} (schedlib {key.version}, schema {key.schema}, {key.backend}"
+                          f"{space_note})")
     rank = {k: i for i, k in enumerate(BACKEND_PREFERENCE)}
     matches.sort(key=lambda k: rank.get(k.backend_kind(), len(rank)))
     return matches, others

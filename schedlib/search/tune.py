@@ -48,6 +48,7 @@ from schedlib.search.database import (
     reap_interrupted,
     rebench_times,
     resolve_storage,
+    space_digest,
     worker_id,
 )
 from schedlib.search.records import (
@@ -315,7 +316,7 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
     be = make_backend(backend, DEFAULT_TIMEOUT_S if timeout_per_trial is None else timeout_per_trial)
     if timeout_per_trial is not None and hasattr(be, "timeout_s"):
         be.timeout_s = float(timeout_per_trial)  # an explicit limit also applies to a backend instance
-    key = TuningKey.for_workload(func, profile.key, chosen.name, be.key)
+    key = TuningKey.for_workload(func, profile.key, chosen.name, be.key, space_digest(codec.space))
     store, lock_path = resolve_storage(storage)
     strat = make_strategy(strategy, seed, screen)
     # The model starts screening after MODEL_MIN_TRAIN records: a rough ranking beats none so early.

@@ -17,7 +17,7 @@ from .helpers import CountingReplay, matmul_table
 
 def test_key_round_trips_through_the_study_name() -> None:
     func, _ = matmul_table(256, 256, 256)
-    key = S.TuningKey.for_workload(func, "h100", "matmul", "replay-abc")
+    key = S.TuningKey.for_workload(func, "h100", "matmul", "replay-abc", "0123456789ab")
     assert S.TuningKey.parse(key.study_name) == key
     assert key.version == schedlib.__version__ and key.schema == S.SCHEMA_VERSION
     assert key.workload == S.workload_hash(func) != S.workload_hash(matmul_table(256, 256, 512)[0])
@@ -109,3 +109,35 @@ def test_a_study_refuses_a_func_with_the_same_hash_but_other_text(tmp_path: Path
     with pytest.raises(schedlib.SchedlibError, match="different func with the same hash"):
         S.tune(func, "h100", trials=3, strategy="random", storage=tmp_path / "x.log",
                backend=S.ReplayBackend(table), quiet=True)
+
+
+def test_records_of_another_knob_space_are_neither_resumed_nor_applied(tmp_path: Path) -> None:
+    """A template that gained a knob is another template: its old configs lack the knob and cannot be built
+    (an upgraded matmul rule once crashed `schedlib demo` on a stale record in the default storage)."""
+    from schedlib.rules.base import Knob, Space
+
+    from .helpers import ToyRule, toy_func, toy_table
+
+    class ToyRuleWithUnroll(ToyRule):
+        def space(self, func, target):
+            old = super().space(func, target)
+            return Space(old.rule, (*old.knobs, Knob("unroll", (1, 2))), old.check)
+
+        def default_config(self, func, target):
+            return {**super().default_config(func, target), "unroll": 1}
+
+    storage, func = str(tmp_path / "t.sqlite3"), toy_func()
+    old = S.tune(func, "h100", trials=6, strategy="random", storage=storage, rule=ToyRule(),
+                 backend=S.ReplayBackend(toy_table()), quiet=True)
+    new_rule = ToyRuleWithUnroll()
+    assert old.key.space != S.database.space_digest(new_rule.space(func, schedlib.hw.load("h100")))
+    with pytest.raises(S.NoRecordError, match="another knob space"):
+        S.apply_best(func, "h100", storage, rule=new_rule)
+    table = [{"config": {**r["config"], "unroll": u}, "time_us": r["time_us"] * u} for r in toy_table() for u in (1, 2)]
+    backend = CountingReplay(table)
+    res = S.tune(func, "h100", trials=4, strategy="random", storage=storage, rule=new_rule, backend=backend,
+                 quiet=True)
+    assert res.key != old.key and res.measured_now == 4, "the new space starts its own study"
+    assert all("unroll" in c for c in backend.measured)
+    assert S.apply_best(func, "h100", storage, rule=new_rule).config["unroll"] in (1, 2)
+    assert S.apply_best(func, "h100", storage, rule=ToyRule()).config == old.best_config
