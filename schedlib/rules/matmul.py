@@ -216,22 +216,13 @@ class MatmulRule(Rule):
         by, ty, im = s.split(loops[facts.m], [None, ty_n, tm])
         bx, tx, jn = s.split(loops[facts.n], [None, tx_n, tn])
         ko, ki = s.split(loops[facts.k], [None, bk])
-        outer = [loops[b] for b in facts.batch]
-        bz = s.fuse(*outer) if len(outer) > 1 else (outer[0] if outer else None)
+        bz = tc.batch_loop(s, facts, loops)
         s.reorder(*([bz] if bz else []), by, bx, ty, tx, ko, ki, im, jn)
-        if bz:
-            s.bind(bz, "blockIdx.z")
-        s.bind(by, "blockIdx.y")
-        s.bind(bx, "blockIdx.x")
+        tc.bind_grid(s, bz, by, bx)
         s.bind(ty, "threadIdx.y")
         s.bind(tx, "threadIdx.x")
-        wb = s.cache_write(C, "local")
-        s.reverse_compute_at(wb, tx)
-        for block in facts.epilogue:
-            s.reverse_compute_inline(block)
-        for operand in (facts.a, facts.b):
-            shared = s.cache_read(C, operand, "shared")
-            s.compute_at(shared, ko)
+        wb, copies = tc.stage_operands_and_epilogue(s, facts, C, tx, ko)
+        for shared in copies:  # the cooperative, vectorized copy: every thread moves vec elements per step
             fused = s.fuse(*s.get_loops(shared))
             _, fy, fx, fv = s.split(fused, [None, ty_n, tx_n, vec])
             s.bind(fy, "threadIdx.y")

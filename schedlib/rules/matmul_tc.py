@@ -196,26 +196,46 @@ def schedule(func: Func, facts: Any, config: Config) -> Schedule:
     by, wy, mt, h, g = s.split(loops[facts.m], [None, bm // wm, wm // MMA_M, 2, MMA_M // 2])
     bx, wx, nt, t, e = s.split(loops[facts.n], [None, bn // wn, wn // MMA_N, 4, 2])
     ko, kk, ki = s.split(loops[facts.k], [None, bk // MMA_K, MMA_K])
-    outer = [loops[b] for b in facts.batch]
-    bz = s.fuse(*outer) if len(outer) > 1 else (outer[0] if outer else None)
+    bz = batch_loop(s, facts, loops)
     s.reorder(*([bz] if bz else []), by, bx, wy, wx, g, t, ko, kk, mt, nt, h, e, ki)
     lane = s.fuse(g, t)  # lane = groupID * 4 + threadID_in_group
-    if bz:
-        s.bind(bz, "blockIdx.z")
-    s.bind(by, "blockIdx.y")
-    s.bind(bx, "blockIdx.x")
+    bind_grid(s, bz, by, bx)
     s.bind(wy, "threadIdx.z")
     s.bind(wx, "threadIdx.y")
     s.bind(lane, "threadIdx.x")
     # The write-back (and the fused epilogue) per warp tile; codegen gives each element to its owning lane.
-    wb = s.cache_write(C, "local")
-    s.reverse_compute_at(wb, wx)
-    for block in facts.epilogue:
-        s.reverse_compute_inline(block)
-    for operand in (facts.a, facts.b):
-        shared = s.cache_read(C, operand, "shared")
-        s.compute_at(shared, ko)
+    stage_operands_and_epilogue(s, facts, C, wx, ko)
     s.annotate(C, "tensor_core", MMA_SHAPE)
     s.annotate(ko, "pipeline_stages", config["stages"])
     s.annotate(by, "raster", config["raster"])
     return s
+
+
+# Schedule steps both matmul templates share ------------------------------------------------------------------
+def batch_loop(s: Schedule, facts: Any, loops: dict[str, str]) -> str | None:
+    """The batch axes fused into one loop (None without batch axes)."""
+    outer = [loops[b] for b in facts.batch]
+    return s.fuse(*outer) if len(outer) > 1 else (outer[0] if outer else None)
+
+
+def bind_grid(s: Schedule, bz: str | None, by: str, bx: str) -> None:
+    """Batch, block rows and block columns onto the grid's z, y and x."""
+    if bz:
+        s.bind(bz, "blockIdx.z")
+    s.bind(by, "blockIdx.y")
+    s.bind(bx, "blockIdx.x")
+
+
+def stage_operands_and_epilogue(s: Schedule, facts: Any, C: str, write_at: str, k_outer: str) -> tuple[str, list[str]]:
+    """Accumulate in registers written back (with the fused epilogue) at ``write_at``, and stage the A and B
+    tiles in shared memory once per ``k_outer`` step.  Returns the write-back block and the two copy blocks."""
+    wb = s.cache_write(C, "local")
+    s.reverse_compute_at(wb, write_at)
+    for block in facts.epilogue:
+        s.reverse_compute_inline(block)
+    copies = []
+    for operand in (facts.a, facts.b):
+        shared = s.cache_read(C, operand, "shared")
+        s.compute_at(shared, k_outer)
+        copies.append(shared)
+    return wb, copies
