@@ -13,7 +13,13 @@ from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import ceil_pow2, const_or
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
-from schedlib.rules.cross_thread import ReductionFacts, schedule_cross_thread
+from schedlib.rules.cross_thread import (
+    ReductionFacts,
+    outer_default,
+    outer_space,
+    outer_tiling,
+    schedule_cross_thread,
+)
 from schedlib.rules.matmul import analyze_matmul
 
 SMALL = 8  # largest activation extent treated as a vector side
@@ -56,13 +62,7 @@ class GemvRule(Rule):
                 threads = c["rows_per_block"] * c["threads_k"]
                 return None if threads <= limit else f"{threads} threads exceed {limit}"
         else:
-            knobs = (Knob("threads_n", pow2_range(32, 256), "threads along the contiguous output axis"),
-                     Knob("vector", (1, 2, 4), "neighbouring outputs per thread"),
-                     Knob("threads_k", (1, 2, 4, 8, 16), "threads splitting the reduction (threadIdx.y)"))
-
-            def check(c: Config) -> str | None:
-                threads = c["threads_n"] * c["threads_k"]
-                return None if threads <= limit else f"{threads} threads exceed {limit}"
+            return outer_space(self.name, target)
         return Space(self.name, knobs, check)
 
     def default_config(self, func: Func, target: Any) -> Config:
@@ -73,21 +73,18 @@ class GemvRule(Rule):
         if facts.inner:
             threads_k = max(32, min(256, ceil_pow2(-(-K // vector))))
             return {"rows_per_block": max(1, min(8, 256 // threads_k)), "threads_k": threads_k, "vector": vector}
-        return {"threads_n": 64, "vector": min(vector, 4), "threads_k": 4}
+        return outer_default()
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
         facts = self._facts(func)
         blk = func.block(facts.main)
         full = {a.name: const_or(a.extent, 4096) for a in blk.axes}
         tile = dict.fromkeys(facts.rows, 1) | {a: full[a] for a in (*facts.small, *facts.reduce)}
-        if facts.inner:
-            tile[facts.rows[-1]] = config["rows_per_block"]
-            threads = config["rows_per_block"] * config["threads_k"]
-            step = config["threads_k"] * config["vector"]
-        else:
-            tile[facts.rows[-1]] = config["threads_n"] * config["vector"]
-            threads = config["threads_n"] * config["threads_k"]
-            step = config["threads_k"]
+        if not facts.inner:
+            return outer_tiling(func, facts, config, tile)
+        tile[facts.rows[-1]] = config["rows_per_block"]
+        threads = config["rows_per_block"] * config["threads_k"]
+        step = config["threads_k"] * config["vector"]
         return Tiling(facts.main, tile, {facts.rows[-1]: 1}, {facts.reduce[0]: step}, threads,
                       4 * threads, 32 + 2 * config["vector"], config["vector"])
 

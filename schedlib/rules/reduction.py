@@ -15,7 +15,13 @@ from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import accesses, ceil_pow2, const_or, epilogue_chain, stores_plainly
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
-from schedlib.rules.cross_thread import ReductionFacts, schedule_cross_thread
+from schedlib.rules.cross_thread import (
+    ReductionFacts,
+    outer_default,
+    outer_space,
+    outer_tiling,
+    schedule_cross_thread,
+)
 
 WARP_ROW_LIMIT = 256  # rows up to this many elements get one warp each
 
@@ -78,13 +84,7 @@ class ReductionRule(Rule):
                 t = c["rows_per_block"] * c["threads_k"]
                 return None if t <= limit else f"{t} threads exceed {limit}"
         else:
-            knobs = (Knob("threads_n", pow2_range(32, 256), "threads along the kept (contiguous) axis"),
-                     Knob("vector", (1, 2, 4), "neighbouring outputs per thread"),
-                     Knob("threads_k", (1, 2, 4, 8, 16), "threads splitting the reduction (threadIdx.y)"))
-
-            def check(c: Config) -> str | None:
-                t = c["threads_n"] * c["threads_k"]
-                return None if t <= limit else f"{t} threads exceed {limit}"
+            return outer_space(self.name, target)
         return Space(self.name, knobs, check)
 
     def default_config(self, func: Func, target: Any) -> Config:
@@ -92,7 +92,7 @@ class ReductionRule(Rule):
         length = self._length(func, facts)
         vector = max(1, min(4, 16 // facts.in_bytes))
         if not facts.inner:
-            return {"threads_n": 64, "vector": 2, "threads_k": 4}
+            return outer_default()
         if length <= WARP_ROW_LIMIT:  # row per warp
             return {"rows_per_block": 8, "threads_k": 32, "vector": 1 if length < 128 else vector}
         threads = max(32, min(512, ceil_pow2(-(-length // (vector * 4)))))
@@ -102,12 +102,10 @@ class ReductionRule(Rule):
         facts = self._facts(func)
         blk = func.block(facts.main)
         tile = {a.name: (1 if a.kind == "S" else const_or(a.extent, 4096)) for a in blk.axes}
-        if facts.inner:
-            tile[facts.rows[-1]] = config["rows_per_block"]
-            threads, step = config["rows_per_block"] * config["threads_k"], config["threads_k"] * config["vector"]
-        else:
-            tile[facts.rows[-1]] = config["threads_n"] * config["vector"]
-            threads, step = config["threads_n"] * config["threads_k"], config["threads_k"]
+        if not facts.inner:
+            return outer_tiling(func, facts, config, tile)
+        tile[facts.rows[-1]] = config["rows_per_block"]
+        threads, step = config["rows_per_block"] * config["threads_k"], config["threads_k"] * config["vector"]
         return Tiling(facts.main, tile, {facts.rows[-1]: 1}, {facts.reduce[-1]: step}, threads, 4 * threads,
                       32 + 2 * config["vector"], config["vector"])
 

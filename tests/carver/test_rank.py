@@ -209,3 +209,19 @@ def test_reference_workloads_with_their_own_rules(case: str) -> None:
     assert top["dram_bytes"] == top["compulsory_bytes"]
     assert top["est_time_us"] == pytest.approx(top["compulsory_bytes"] / 3350e9 * 1e6, rel=0.05)
     assert elapsed < 2.0, f"ranking took {elapsed:.2f} s (target 1 s; 2x headroom for a loaded machine)"
+
+
+@pytest.mark.parametrize("make", [lambda: sl.workloads.gemv(N=14336, K=4096, dtype="float16", trans=True),
+                                  lambda: sl.workloads.reduce(4096, 4096, "sum", axis=0)], ids=["gemv", "column-sum"])
+def test_outer_layout_default_keeps_enough_loads_in_flight(make) -> None:
+    """The outer layout (reduction over the non-contiguous axis) is latency-bound unless each thread has many
+    rows in flight; the rule default must sit near the carver's best, not at the latency wall."""
+    func = make()
+    profile = sl.hw.load("h100")
+    rule = find_rule(func, profile)
+    default = rule.default_config(func, profile)
+    assert default["unroll"] > 1
+    best = schedlib.carver.carve(func, profile, topk=1).iloc[0]
+    est = schedlib.carver.estimate(func, profile, default)
+    assert est["bound"] != "latency", est["reason"]
+    assert est["est_time_us"] <= 1.1 * best["est_time_us"], (est["reason"], best["config"])
