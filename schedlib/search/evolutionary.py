@@ -11,8 +11,8 @@ Each batch also spends ``local`` measurements on refinement: the untried one-ste
 measured config that the model predicts fastest.  Why: configs within a few percent of the optimum sit next
 to each other in knob space, while the model's error near the top is as large as the differences it has to
 resolve there, so a cheap walk from the incumbent finds the last few percent sooner than the model's global
-favourites do (on the recorded spaces of ``benchmarks/search_strategies.py`` it cut the trials to 97% of the
-best by about 15%).
+favourites do (in a 12-seed A/B on the knob-feature spaces of ``benchmarks/search_strategies.py`` the trials
+to 97% of the best fell from 0.46 to 0.39 of random search's).
 """
 
 from __future__ import annotations
