@@ -122,14 +122,19 @@ class TensorCoreWriter:
             self.close()
         self.close()
 
+    def _ldmatrix(self, dst: str, smem: str, op: Operand, row: str, chunk: str, suffix: str, swizzled: str) -> None:
+        """One ``ldmatrix.x4`` into ``dst``: this lane's row of the current ring slot, at 16-byte chunk ``chunk``
+        of that row after the XOR swizzle ``swizzled`` (the value :func:`swizzle` gives for the row)."""
+        rows, cols = self._tile_shape(op)
+        self.emit(f"sl_ldmatrix_x4{suffix}({dst}, &{smem}[sl_stage * {rows * cols} + ({row}) * {cols} + "
+                  f"((({chunk}) ^ {swizzled}) << 3)]);")
+
     def _fragments(self, smem: dict[str, str]) -> None:
         """One k16 step: A fragments of every m16 tile, then B two n8 tiles at a time, and the mmas."""
         p = self.plan
         wm, wn = p.warp
         mt, nt = wm // 16, wn // 8
         a, b = p.a, p.b
-        a_rows, a_cols = self._tile_shape(a)
-        b_rows, b_cols = self._tile_shape(b)
         # Matrix q = lane / 8 of an ldmatrix.x4 gets its 8 row addresses from lanes 8q..8q+7 (row lane % 8).
         # A (m16 x k16): q&1 selects rows 8..15 of m, q>>1 the k half.  B pair: q&1 the k half, q>>1 the n8 tile.
         self.emit(f"unsigned sl_a[{mt}][4];")
@@ -139,8 +144,7 @@ class TensorCoreWriter:
         else:  # A stored K x M: rows are k, transposed on load
             row, fn = "sl_ks * 16 + sl_lr + ((sl_lq >> 1) << 3)", "_trans"
             chunk = "((sl_wm + sl_mt * 16) >> 3) + (sl_lq & 1)"
-        self.emit(f"sl_ldmatrix_x4{fn}(sl_a[sl_mt], &{smem['a']}[sl_stage * {a_rows * a_cols} + ({row}) * {a_cols} + "
-                  f"((({chunk}) ^ sl_swa) << 3)]);")
+        self._ldmatrix("sl_a[sl_mt]", smem["a"], a, row, chunk, fn, "sl_swa")
         self.close()
         self.loop("sl_np", nt // 2)
         self.emit("unsigned sl_b[4];")
@@ -149,8 +153,7 @@ class TensorCoreWriter:
         else:  # B stored K x N: rows are k, transposed on load
             row, fn = "sl_ks * 16 + sl_lr + ((sl_lq & 1) << 3)", "_trans"
             chunk = "((sl_wn + sl_np * 16) >> 3) + (sl_lq >> 1)"
-        self.emit(f"sl_ldmatrix_x4{fn}(sl_b, &{smem['b']}[sl_stage * {b_rows * b_cols} + ({row}) * {b_cols} + "
-                  f"((({chunk}) ^ sl_swb) << 3)]);")
+        self._ldmatrix("sl_b", smem["b"], b, row, chunk, fn, "sl_swb")
         self.loop("sl_mt", mt)
         for half in (0, 1):
             acc = f"sl_acc[sl_mt][sl_np * 2 + {half}]"
