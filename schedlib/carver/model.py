@@ -110,7 +110,7 @@ def _staged(problem: Problem, tiling: Tiling, geo: Geometry) -> set[str]:
     it), else the reused loads whose per-step tiles (times the pipeline depth) fill the block's shared
     memory, 90-100%: a matmul's A and B tiles account for all of it, while a reduction's few bytes of
     partial sums account for none of its input."""
-    named = getattr(tiling, "shared_buffers", None)
+    named = tiling.shared_buffers
     if named is not None:
         return set(named)
     if tiling.shared_bytes <= 0:
@@ -161,7 +161,7 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     # Traffic depends only on the tile shape and the blocks resident per wave; configs differing in
     # thread tiles or vector width share it, so the ranking memoises it.
     resident = max(1, min(grid, max(bps, 1) * sm))
-    raster = max(1, int(getattr(tiling, "raster", 1)))
+    raster = max(1, int(tiling.raster))
     memo_key = (tuple(geo.padded.values()), tuple(geo.step.values()), resident, raster)
     cached = memo.get(memo_key) if memo is not None else None
     if cached is None:
@@ -183,7 +183,7 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     port_block = sum(t.block_bytes for t in stores)
     mem_instr_block = sum(t.block_bytes / t.access.nbytes for t in stores)  # one store per element
     vector = max(1, int(tiling.vector))
-    warp_tile = getattr(tiling, "warp_tile", None) or {}
+    warp_tile = tiling.warp_tile
     for (acc, spatial, has_reduce), t in zip(problem.load_shape, loads):
         if tiling.tensor_core and warp_tile and has_reduce and acc.buffer in staged:
             # mma operands: each warp reads its warp tile's rows per k with ldmatrix (16 bytes per lane and

@@ -156,7 +156,7 @@ def _order(row: Mapping[str, Any]) -> tuple:
     deeper pipeline (latency the model does not see is better hidden), then the config itself (a stable
     tie-break, so equal estimates rank the same way every run)."""
     return (round(row["est_time_us"], 9), row["instructions"], row["l2_bytes"], row["registers_per_thread"],
-            -row.get("pipeline_stages", 1), repr(sorted(row["config"].items())))
+            -row["pipeline_stages"], repr(sorted(row["config"].items())))
 
 
 def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | None = None,
