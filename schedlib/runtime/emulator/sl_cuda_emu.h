@@ -9,6 +9,7 @@
 //   sl_emu_fiber.h   CUDA threads as fibers, block barrier, deadlock detection
 //   sl_emu_memory.h  SL_GLOBAL/SL_SHARED/SL_VLOAD..., checked pointers, atomics
 //   sl_emu_warp.h    shuffles, votes, __syncwarp, ldmatrix, mma, cp.async
+//   sl_emu_wgmma.h   Hopper wgmma.mma_async reading shared memory through matrix descriptors
 //   sl_emu_launch.h  launch ABI, parameter checks, the OS-thread pool
 #pragma once
 #if defined(__CUDACC__)

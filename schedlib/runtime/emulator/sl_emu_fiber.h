@@ -84,6 +84,16 @@ struct CpAsync {
   unsigned long long group;  // the thread's cp.async-group: number of commits before the issue
 };
 
+// One issued, not yet completed wgmma.mma_async (sl_emu_wgmma.h): neither the accumulators nor the
+// shared-memory operands are touched until the sl_wgmma_wait that completes its group.
+struct WgmmaOp {
+  float* d;
+  uint64_t desc_a, desc_b;
+  int n;               // the instruction's N (d holds n / 2 floats of this thread)
+  bool trans_a, trans_b, bf16;
+  unsigned long long group;  // the thread's wgmma-group: number of commits before the issue
+};
+
 struct Fiber {
   Ctx ctx;
   uint3 tid;
@@ -95,6 +105,9 @@ struct Fiber {
   // capacity is reused; sl_cp_async_16 bounds its length.
   std::vector<CpAsync> cp_pending;
   unsigned long long cp_commits = 0;
+  // wgmma state, kept the same way: operations in issue order and the commits so far.
+  std::vector<WgmmaOp> wg_pending;
+  unsigned long long wg_commits = 0;
 };
 
 struct Warp {
@@ -346,6 +359,11 @@ inline std::string shared_place(const BlockCtx& b, const unsigned char* p) {
 [[noreturn]] inline void fiber_exit(BlockCtx* b, Fiber* f) {
   check_stack(b, f);
   if (__builtin_expect(!f->cp_pending.empty(), 0)) cp_async_pending_at_exit(b, f);
+  if (__builtin_expect(!f->wg_pending.empty(), 0))
+    fail_block(b, f, "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) + " thread " + thread_str(*f) +
+                         ": exits with " + std::to_string(f->wg_pending.size()) + " wgmma.mma_async operation(s) "
+                         "never completed: commit them (sl_wgmma_commit) and wait (sl_wgmma_wait<N>) before the "
+                         "accumulators are read");
   f->state = kExited;
   ++b->exited;
   if (b->qhead != b->qtail) {
@@ -389,6 +407,8 @@ inline void run_block(BlockCtx* b, unsigned char* stacks, size_t stride, size_t 
     f.lane = i % 32;
     f.cp_pending.clear();  // each block starts with no cp.async state (the capacity stays)
     f.cp_commits = 0;
+    f.wg_pending.clear();
+    f.wg_commits = 0;
     ctx_init(&f, stacks + static_cast<size_t>(i) * stride, stack_bytes);
     push_ready(b, i);
   }
