@@ -1,5 +1,5 @@
-"""Proof that a block annotated ``tensor_core="m16n8k16"`` is a warp-tiled ``acc += A * B`` the mma lowering
-may replace, and the facts the emitter needs (:class:`MmaPlan`).
+"""Proof that a block annotated ``tensor_core="m16n8k16"`` (or ``"wgmma"``) is a warp-tiled ``acc += A * B`` the
+mma lowering may replace, and the facts the emitter needs (:class:`MmaPlan`).
 
 The annotation is a request, not a promise, so the loop nest is checked before anything is emitted.  The
 main block must reduce ``float32(A_s[...]) * float32(B_s[...])`` with both operands 16-bit copies of global
@@ -14,6 +14,10 @@ mma.m16n8k16 accumulator fragments of its warp (groupID = lane // 4, threadID_in
 replacing the serial loops under ``ko`` by ldmatrix + mma computes the same sums.  Guards may only be the
 bounds of m, n and k (the lowering zero-fills out-of-range tiles and guards the stores).  The write-back of
 the accumulators, with any fused epilogue, is one spatial block attached after a loop outside ``ko``.
+
+``"wgmma"`` asks for the same nest with warp tiles 16 rows tall: a Hopper warpgroup of 4 such warps stacked
+along m holds exactly the accumulators of one ``wgmma.m64nNk16`` (N = the warp tile's width), so the nest is
+the same proof; :mod:`schedlib.codegen.wgmma` checks the warpgroup shape on top.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from schedlib.ir.func import Block, Buffer, Func
 from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, to_affine
 
 MMA_SHAPE = "m16n8k16"
+INSTRUCTIONS = (MMA_SHAPE, "wgmma")  # values of the tensor_core annotation: mma.sync or Hopper warpgroup MMA
 OPERAND_DTYPES = ("float16", "bfloat16")
 COPY_ELEMENTS = 8  # one 16-byte cp.async
 TAGS = {"by": "blockIdx.y", "bx": "blockIdx.x", "bz": "blockIdx.z", "wy": "threadIdx.z", "wx": "threadIdx.y",
@@ -69,13 +74,15 @@ class MmaPlan:
     stages: int
     raster: int
     wb_axes: dict[str, str]  # write-back axis -> main axis
+    instruction: str = MMA_SHAPE  # one of INSTRUCTIONS
 
     def extent(self, axis: str) -> Expr:
         return self.main.axis(axis).extent
 
 
 def fail(block: Block, why: str) -> None:
-    raise BuildError(f"block {block.name} is annotated tensor_core={MMA_SHAPE!r}, but {why}")
+    what = dict(block.annotations).get("tensor_core", MMA_SHAPE)
+    raise BuildError(f"block {block.name} is annotated tensor_core={what!r}, but {why}")
 
 
 def _strip(e: Expr) -> Expr:
@@ -86,8 +93,9 @@ def _strip(e: Expr) -> Expr:
 
 def plan(func: Func, main: Block) -> MmaPlan:
     """Check ``main``'s loop nest (see the module docstring) and collect what the lowering needs."""
-    if dict(main.annotations).get("tensor_core") != MMA_SHAPE:
-        fail(main, f"only {MMA_SHAPE!r} is supported")
+    instruction = dict(main.annotations).get("tensor_core")
+    if instruction not in INSTRUCTIONS:
+        fail(main, f"only {' and '.join(map(repr, INSTRUCTIONS))} are supported")
     if main.reducer != "sum" or main.init is None or main.kinds.count("R") != 1:
         fail(main, "it is not a single sum reduction with its init (schedule it before decompose_reduction)")
     acc = func.buffer(main.store)
@@ -148,7 +156,8 @@ def plan(func: Func, main: Block) -> MmaPlan:
     for key, v in (("pipeline_stages", stages), ("raster", raster)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 16:
             fail(main, f"annotation {key}={v!r} is not an integer in 1..16")
-    return MmaPlan(main, wb, a.source.dtype, m, n, k, batch, a, b, tile, warp, roles, stages, raster, wb_axes)
+    return MmaPlan(main, wb, a.source.dtype, m, n, k, batch, a, b, tile, warp, roles, stages, raster, wb_axes,
+                   instruction)
 
 
 def _copy_of(func: Func, main: Block, ld: Load) -> Block:

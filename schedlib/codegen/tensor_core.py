@@ -113,14 +113,21 @@ class TensorCoreWriter:
             self.open(f"if (sl_c < {chunks})")
         self.emit(f"const int sl_r = sl_c / {per_row}, sl_q = sl_c % {per_row};")
         self.emit(f"const int sl_gr = {self._origin(op.rows)} + sl_r, sl_gc = {self._origin(op.cols)} + sl_q * 8;")
-        self.emit(f"const int sl_dst = sl_stage * {rows * cols} + sl_r * {cols} + "
-                  f"((sl_q ^ {swizzle('sl_r', cols)}) << 3);")
+        for line in self._chunk_offset(op):
+            self.emit(line)
         self.emit(f"if (sl_gr < {self._e(limit_r)} && sl_gc < {self._e(limit_c)}) "
                   f"sl_cp_async_16(&{smem}[sl_dst], &{mangle(op.source.name)}[{self._e(src)}]);")
         self.emit(f"else SL_VSTORE(uint4, {smem}, sl_dst, make_uint4(0u, 0u, 0u, 0u));")
         if chunks % threads:
             self.close()
         self.close()
+
+    def _chunk_offset(self, op: Operand) -> list[str]:
+        """Statements defining ``sl_dst``: the element offset in the operand's shared ring of chunk ``sl_q`` of
+        tile row ``sl_r`` in slot ``sl_stage``."""
+        rows, cols = self._tile_shape(op)
+        return [f"const int sl_dst = sl_stage * {rows * cols} + sl_r * {cols} + "
+                f"((sl_q ^ {swizzle('sl_r', cols)}) << 3);"]
 
     def _ldmatrix(self, dst: str, smem: str, op: Operand, row: str, chunk: str, suffix: str, swizzled: str) -> None:
         """One ``ldmatrix.x4`` into ``dst``: this lane's row of the current ring slot, at 16-byte chunk ``chunk``
@@ -285,6 +292,14 @@ class TensorCoreWriter:
             dynamic = offset
         else:
             decls += [f"SL_SHARED({t}, {name}, {n});" for name, n in arrays]
+        comment = (f"tensor cores: block {p.tile[p.m]}x{p.tile[p.n]}x{p.tile[p.k]}, warp tile "
+                   f"{p.warp[0]}x{p.warp[1]}, {p.stages}-stage cp.async, raster {p.raster}")
+        return self._finish(decls, comment, f"{threads}", (32, warps_n, warps_m), dynamic, 0 if dynamic else total)
+
+    def _finish(self, decls: list[str], comment: str, bounds: str, block: tuple[int, int, int], dynamic: int,
+                static: int) -> tuple[str, KernelSpec]:
+        """The kernel's text (signature, shared declarations, body) and launch spec."""
+        p = self.plan
         used = {b for blk in self.func.subtree(p.main.name, 0) for b in (blk.store, *blk.read_buffers)}
         order = [*self.func.inputs, *self.func.outputs, *sorted(self.scratch)]
         names = tuple(n for n in order if n in used) + tuple(SYMBOL_PREFIX + s for s in self.func.symbols)
@@ -295,12 +310,9 @@ class TensorCoreWriter:
             else:
                 const = "const " if n in self.func.inputs else ""
                 params.append(f"SL_GLOBAL({const}{ctype(self.func.buffer(n).dtype)}) {mangle(n)}")
-        head = f'extern "C" __global__ void __launch_bounds__({threads}) {self.name}({", ".join(params)}) {{'
-        comment = (f"  // tensor cores: block {p.tile[p.m]}x{p.tile[p.n]}x{p.tile[p.k]}, warp tile "
-                   f"{p.warp[0]}x{p.warp[1]}, {p.stages}-stage cp.async, raster {p.raster}")
-        text = "\n".join([head, comment, *("  " + d for d in decls), *self.lines, "}"])
+        head = f'extern "C" __global__ void __launch_bounds__({bounds}) {self.name}({", ".join(params)}) {{'
+        text = "\n".join([head, f"  // {comment}", *("  " + d for d in decls), *self.lines, "}"])
         bound = {lp.thread: lp.extent for lp in p.main.loops if lp.thread in BLOCK_TAGS}
         grid = tuple(bound.get(tag, Const(1)) for tag in BLOCK_TAGS)
-        spec = KernelSpec(self.name, grid, (32, warps_n, warps_m), names, dynamic,  # type: ignore[arg-type]
-                          0 if dynamic else total)
+        spec = KernelSpec(self.name, grid, block, names, dynamic, static)  # type: ignore[arg-type]
         return text, spec

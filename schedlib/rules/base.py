@@ -125,6 +125,7 @@ class Tiling:
     warp_tile: dict[str, int] = field(default_factory=dict)
     raster: int = 1
     shared_buffers: tuple[str, ...] | None = None
+    warpgroup: bool = False  # tensor cores driven by Hopper wgmma (else mma.sync)
 
 
 class Rule(ABC):

@@ -3,7 +3,8 @@
 SIMT template: a block tile of block_m x block_n outputs, each thread a thread_m x thread_n register tile,
 A and B staged through shared memory block_k at a time by a cooperative (vectorized) copy, the epilogue
 applied in registers before the single store.  ``tensor_core=True`` selects the mma.sync template of
-:mod:`schedlib.rules.matmul_tc` (fp16/bf16 on sm_80+), which adds the ``stages`` and ``raster`` knobs.
+:mod:`schedlib.rules.matmul_tc` (fp16/bf16 on sm_80+), which adds the ``stages`` and ``raster`` knobs;
+``tensor_core="wgmma"`` the Hopper warpgroup-MMA variant of it (:mod:`schedlib.rules.matmul_wgmma`, sm_90a).
 
 One space holds both templates.  A knob that only one of them reads (``vector`` for SIMT; ``stages`` and
 ``raster`` for tensor cores) sits at its first value in the other, so no two legal points build the same
@@ -23,6 +24,7 @@ from schedlib.ir.expr import Expr
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules import matmul_tc as tc
+from schedlib.rules import matmul_wgmma as wg
 from schedlib.rules.analysis import (
     access_of,
     ceil_pow2,
@@ -110,6 +112,7 @@ class MatmulRule(Rule):
         has_tc = tc.unavailable(func, facts, target) is None
         layout_why = tc.misaligned(func, facts) if has_tc else None
         tc_knobs = has_tc and layout_why is None
+        hopper = has_tc and wg.available(target)
 
         def simt(c: Config) -> str | None:
             if c["stages"] != 1 or c["raster"] != 1:
@@ -131,21 +134,28 @@ class MatmulRule(Rule):
             return None
 
         def check(c: Config) -> str | None:
+            if c["tensor_core"] == wg.INSTRUCTION:
+                return layout_why or wg.check(c, facts, target)
+            exclusive = wg.exclusive_reason(c) if hopper else None
+            if exclusive:
+                return exclusive
             if not c["tensor_core"]:
                 return simt(c)
             return layout_why or tc.check(c, facts, target)
 
         return Space(self.name, (
             Knob("block_m", pow2_range(16, 128), "output rows per thread block"),
-            Knob("block_n", pow2_range(16, 128), "output columns per thread block"),
-            Knob("block_k", (8, 16, 32), "reduction slice staged in shared memory per step"),
+            Knob("block_n", pow2_range(16, 256 if hopper else 128), "output columns per thread block"),
+            Knob("block_k", (8, 16, 32, *((64,) if hopper else ())),
+                 "reduction slice staged in shared memory per step"),
             Knob("thread_m", (1, 2, 4, 8), "accumulator rows per thread (tensor cores: warp tile of 8x rows)"),
-            Knob("thread_n", (1, 2, 4, 8, *((16,) if tc_knobs else ())),
+            Knob("thread_n", (1, 2, 4, 8, *((16,) if tc_knobs else ()), *((32, 64) if hopper else ())),
                  "accumulator columns per thread (tensor cores: warp tile of 4x columns)"),
             Knob("vector", (1, 2, 4), "elements per thread per copy into shared memory (SIMT)"),
             Knob("split_k", (1,), "reduction split across blocks (1: off)"),
             Knob("stages", tc.STAGES if tc_knobs else (1,), "cp.async pipeline depth (tensor cores)"),
-            Knob("tensor_core", (False, True) if has_tc else (False,), "use mma.sync tensor cores"),
+            Knob("tensor_core", (False, True, *((wg.INSTRUCTION,) if hopper else ())) if has_tc else (False,),
+                 "tensor cores: False (SIMT), True (mma.sync), 'wgmma' (Hopper warpgroup MMA, sm_90a)"),
             Knob("raster", tc.RASTER if tc_knobs else (1,), "block rows walked together for L2 reuse (tensor cores)"),
         ), check)
 
@@ -175,6 +185,11 @@ class MatmulRule(Rule):
             else:
                 bn //= 2
         space = self.space(func, target)
+        if wg.INSTRUCTION in space.knob("tensor_core").values:
+            config = wg.default(facts, target, (bm, bn))
+            for candidate in (config, {**config, "raster": 1}):
+                if space.is_legal(candidate):
+                    return candidate
         if True in space.knob("tensor_core").values:
             config = tc.default(facts, target, (bm, bn))
             for candidate in (config, {**config, "raster": 1}):
@@ -192,6 +207,8 @@ class MatmulRule(Rule):
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
         facts = self._facts(func)
+        if config["tensor_core"] == wg.INSTRUCTION:
+            return wg.tiling(facts, config)
         if config["tensor_core"]:
             return tc.tiling(facts, config)
         threads = (config["block_m"] // config["thread_m"]) * (config["block_n"] // config["thread_n"])

@@ -119,10 +119,10 @@ def check(c: Config, facts: Any, target: HardwareProfile) -> str | None:
     k = as_int(facts.extents[facts.k])
     if k is not None and c["stages"] > 1 and c["stages"] > -(-k // bk):
         return f"stages={c['stages']} exceeds the {-(-k // bk)} k-step(s): the extra buffers would hold nothing"
-    return _raster_reason(c, facts)
+    return raster_reason(c, facts)
 
 
-def _raster_reason(c: Config, facts: Any) -> str | None:
+def raster_reason(c: Config, facts: Any) -> str | None:
     """A raster group that cannot change the block order would duplicate raster=1 (or a smaller group)."""
     g = c["raster"]
     rows, cols = _grid(facts, c)
@@ -150,11 +150,16 @@ def default(facts: Any, target: HardwareProfile, tile: tuple[int, int]) -> Confi
     stages = max([s for s in STAGES if s * per_stage <= target.shared_memory_per_block and s <= k_steps] or [1])
     config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": wm // 8, "thread_n": wn // 4, "vector": 1,
               "split_k": 1, "stages": stages, "tensor_core": True, "raster": 1}
-    rows = -(-const_or(facts.extents[facts.m], 4096) // bm)
-    cols = -(-const_or(facts.extents[facts.n], 4096) // bn)
-    wave = target.sm_count * _blocks_per_sm(config, facts, target)
-    config["raster"] = min(RASTER, key=lambda g: _wave_patch(g, wave, rows, cols))
+    config["raster"] = raster_for(config, facts, target, _blocks_per_sm(config, facts, target))
     return config
+
+
+def raster_for(c: Config, facts: Any, target: HardwareProfile, blocks_per_sm: int) -> int:
+    """The raster group whose first wave of resident blocks touches the fewest A and B tiles."""
+    rows = -(-const_or(facts.extents[facts.m], 4096) // c["block_m"])
+    cols = -(-const_or(facts.extents[facts.n], 4096) // c["block_n"])
+    wave = target.sm_count * blocks_per_sm
+    return min(RASTER, key=lambda g: _wave_patch(g, wave, rows, cols))
 
 
 def _blocks_per_sm(c: Config, facts: Any, target: HardwareProfile) -> int:
@@ -205,7 +210,8 @@ def schedule(func: Func, facts: Any, config: Config) -> Schedule:
     s.bind(lane, "threadIdx.x")
     # The write-back (and the fused epilogue) per warp tile; codegen gives each element to its owning lane.
     stage_operands_and_epilogue(s, facts, C, wx, ko)
-    s.annotate(C, "tensor_core", MMA_SHAPE)
+    # "wgmma" configs lower the same nest to Hopper warpgroup MMA (see matmul_wgmma)
+    s.annotate(C, "tensor_core", "wgmma" if config["tensor_core"] == "wgmma" else MMA_SHAPE)
     s.annotate(ko, "pipeline_stages", config["stages"])
     s.annotate(by, "raster", config["raster"])
     return s

@@ -8,9 +8,11 @@ from typing import Any
 import numpy as np
 
 from schedlib.cache import content_hash
+from schedlib.codegen.module import required_arch
 from schedlib.errors import BuildError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.reference import bind_symbols, evaluate_int
+from schedlib.runtime.nvcc import build_cubin
 
 _MODULES: dict[str, Any] = {}
 STATIC_SMEM_LIMIT = 48 * 1024
@@ -59,9 +61,21 @@ def module_for(cp: Any, source: str) -> Any:
     key = content_hash(source)
     mod = _MODULES.get(key)
     if mod is None:
-        mod = cp.RawModule(code=source, options=("-std=c++17",))
+        arch = required_arch(source)
+        if arch is None:
+            mod = cp.RawModule(code=source, options=("-std=c++17",))
+        else:  # cupy's JIT builds for the device's plain architecture (sm_90), which has no wgmma
+            major, minor = _capability(cp)
+            if arch != f"sm_{major}{minor}a":
+                raise BuildError(f"this kernel needs {arch}; the device is sm_{major}{minor}")
+            mod = cp.RawModule(path=str(build_cubin(source, arch)))
         _MODULES[key] = mod
     return mod
+
+
+def _capability(cp: Any) -> tuple[str, str]:
+    cc = str(cp.cuda.Device().compute_capability)  # "90"
+    return cc[:-1], cc[-1]
 
 
 def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:

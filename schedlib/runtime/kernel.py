@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from schedlib.codegen import CudaModule, generate
-from schedlib.errors import BuildError, ShapeError
+from schedlib.codegen.module import required_arch
+from schedlib.errors import BuildError, CompileError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.expr import Expr
 from schedlib.ir.func import Func
@@ -113,10 +114,21 @@ class Kernel:
 
     # compile check ----------------------------------------------------------------------------
     def compile_check(self, arch: str | None = None) -> Any:
-        """Compile with nvcc (or NVRTC) for ``arch``; returns registers, shared memory and spills."""
+        """Compile with nvcc (or NVRTC) for ``arch``; returns registers, shared memory and spills.
+
+        A source with wgmma kernels builds for sm_90a only: ``sm_90`` is read as ``sm_90a``, and any other
+        architecture is refused."""
         from schedlib.runtime.nvcc import compile_check
 
-        return compile_check(self.source, arch or self.arch)
+        return compile_check(self.source, self._arch_for(arch or self.arch))
+
+    def _arch_for(self, arch: str) -> str:
+        need = required_arch(self.source)
+        if need is None or arch == need:
+            return arch
+        if arch == need.rstrip("a"):
+            return need
+        raise CompileError(f"kernel {self.func.name} uses wgmma, which exists on {need} only; cannot build for {arch}")
 
     # GPU --------------------------------------------------------------------------------------
     def __call__(self, *arrays: Any) -> Any:
@@ -153,7 +165,8 @@ def build(schedule: Any, target: Any = "h100") -> Kernel:
     if not isinstance(func, Func):
         raise BuildError(f"build needs a Schedule or Func, got {type(schedule).__name__}")
     arch, profile = _arch(target)
-    return Kernel(generate(func), arch, profile)
+    module = generate(func)
+    return Kernel(module, required_arch(module.source) or arch, profile)
 
 
 def _arch(target: Any) -> tuple[str, Any]:

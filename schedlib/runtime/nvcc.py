@@ -145,7 +145,8 @@ def parse_ptxas(log: str) -> dict[str, KernelResources]:
     return kernels
 
 
-def _run_nvcc(nvcc: str, source: str, arch: str, flags: Sequence[str]) -> str:
+def _run_nvcc(nvcc: str, source: str, arch: str, flags: Sequence[str]) -> tuple[str, bytes]:
+    """(ptxas log, cubin) of ``source`` for ``arch``."""
     with tempfile.TemporaryDirectory(prefix="schedlib-nvcc-") as tmp:
         src = Path(tmp) / "kernel.cu"
         src.write_text(source)
@@ -158,10 +159,10 @@ def _run_nvcc(nvcc: str, source: str, arch: str, flags: Sequence[str]) -> str:
         log = (proc.stdout + proc.stderr).strip()
         if proc.returncode != 0:
             raise CompileError(f"nvcc failed for {arch} (exit {proc.returncode}): {' '.join(cmd)}\n{log}")
-        return log
+        return log, out.read_bytes()
 
 
-def _run_nvrtc(source: str, arch: str, flags: Sequence[str]) -> str:
+def _run_nvrtc(source: str, arch: str, flags: Sequence[str]) -> tuple[str, bytes]:
     nvrtc = _nvrtc()
     include = find_cuda_include()
     if nvrtc is None or include is None:
@@ -174,21 +175,13 @@ def _run_nvrtc(source: str, arch: str, flags: Sequence[str]) -> str:
         except nvrtc.NVRTCError as exc:
             raise CompileError(f"NVRTC failed for {arch} ({exc}):\n{nvrtc.getProgramLog(prog).strip()}") from None
         log = nvrtc.getProgramLog(prog).strip()
-        nvrtc.getCUBIN(prog)  # SASS must really have been produced for this arch
-        return log
+        return log, bytes(nvrtc.getCUBIN(prog))  # SASS must really have been produced for this arch
     finally:
         nvrtc.destroyProgram(prog)
 
 
-def compile_check(
-    source: str, arch: str = "sm_90", *, extra_flags: Sequence[str] = (), compiler: str | None = None
-) -> CompileReport:
-    """Compile `source` to SASS for `arch` and report each kernel's resources.
-
-    `compiler` is ``"nvcc"``, ``"nvrtc"`` or None (nvcc if found, else NVRTC). Raises
-    :class:`CompileError` carrying the compiler log when the source does not compile, and a clear
-    CompileError when no compiler is available.
-    """
+def _compiler(arch: str, compiler: str | None) -> tuple[str | None, str, str]:
+    """(nvcc path or None for NVRTC, the compiler's name, its identity for cache keys), or a CompileError."""
     if not _ARCH.match(arch):
         raise CompileError(f"arch {arch!r} is not of the form sm_XY (e.g. sm_80, sm_90, sm_90a)")
     if compiler not in (None, "nvcc", "nvrtc"):
@@ -201,16 +194,42 @@ def compile_check(
             "cannot compile CUDA: nvcc was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, /usr/local/bin) "
             "and NVRTC is not usable (needs cupy, the nvidia-cuda-nvrtc library and CUDA headers)"
         )
-    flags = list(extra_flags)
     if nvcc is not None:
-        used, identity = "nvcc", _nvcc_identity(nvcc)
-    else:
-        used, identity = "nvrtc", f"nvrtc {_nvrtc().getVersion()} {find_cuda_include()}"
+        return nvcc, "nvcc", _nvcc_identity(nvcc)
+    return None, "nvrtc", f"nvrtc {_nvrtc().getVersion()} {find_cuda_include()}"
+
+
+def build_cubin(source: str, arch: str, *, compiler: str | None = None) -> Path:
+    """A cubin of ``source`` for ``arch`` (for architecture-specific targets such as sm_90a, which a JIT that
+    picks the device's plain architecture cannot build), cached in the per-user cache by content."""
+    nvcc, _, identity = _compiler(arch, compiler)
+    path = cache_dir("cubin") / f"{content_hash(source, arch, identity)}.cubin"
+    if path.is_file():
+        return path
+    _, cubin = _run_nvcc(nvcc, source, arch, []) if nvcc is not None else _run_nvrtc(source, arch, [])
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(cubin)
+    os.replace(tmp, path)
+    return path
+
+
+def compile_check(
+    source: str, arch: str = "sm_90", *, extra_flags: Sequence[str] = (), compiler: str | None = None
+) -> CompileReport:
+    """Compile `source` to SASS for `arch` and report each kernel's resources.
+
+    `compiler` is ``"nvcc"``, ``"nvrtc"`` or None (nvcc if found, else NVRTC). Raises
+    :class:`CompileError` carrying the compiler log when the source does not compile, and a clear
+    CompileError when no compiler is available.
+    """
+    nvcc, used, identity = _compiler(arch, compiler)
+    flags = list(extra_flags)
     path = cache_dir("compile") / f"{content_hash(source, arch, json.dumps(flags), identity)}.json"
     cached = _load_report(path)
     if cached is not None:
         return cached
-    log = _run_nvcc(nvcc, source, arch, flags) if nvcc is not None else _run_nvrtc(source, arch, flags)
+    log, _ = _run_nvcc(nvcc, source, arch, flags) if nvcc is not None else _run_nvrtc(source, arch, flags)
     report = CompileReport(arch=arch, kernels=parse_ptxas(log), log=log, compiler=used)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # unique: concurrent writers never clash
     with os.fdopen(fd, "w") as fh:

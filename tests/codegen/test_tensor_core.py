@@ -110,7 +110,7 @@ def test_the_loop_nest_is_checked_before_lowering(rng: np.random.Generator) -> N
         sl.build(_warp_tiled((1, 0)), "h100")  # lanes own the wrong elements: refused, not miscompiled
     with pytest.raises(sl.BuildError, match=r"but it is not a single sum reduction with its init"):
         sl.build(_simt_with_annotation(), "h100")
-    with pytest.raises(sl.BuildError, match=r"only 'm16n8k16' is supported"):
+    with pytest.raises(sl.BuildError, match=r"only 'm16n8k16' and 'wgmma' are supported"):
         sl.build(_simt_with_annotation("m16n8k8"), "h100")
 
 

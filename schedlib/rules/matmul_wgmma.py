@@ -1,0 +1,127 @@
+"""Hopper half of the matmul rule's tensor-core template: ``tensor_core="wgmma"`` (sm_90a).
+
+Same knobs, same warp-tiled loop nest as :mod:`schedlib.rules.matmul_tc` (so the reference executor runs it
+unchanged); what differs is the instruction codegen lowers it to (:mod:`schedlib.codegen.wgmma`):
+
+* a warp tile is 16 rows (``thread_m=2``) by ``4 * thread_n`` columns, and 4 warps stacked along m form one
+  warpgroup issuing ``wgmma.m64nNk16`` with N = the warp tile's width (16..256), so ``block_m`` is a multiple
+  of 64 and the block has ``block_m / 64 * block_n / N`` warpgroups;
+* operands are read by the tensor cores straight from shared memory in the canonical swizzled layouts, so
+  ``block_k`` is 16, 32 or 64 (K-major rows of 32/64/128 bytes) and every ring slot is 1 KiB-aligned;
+* the ring may use the opt-in shared memory (up to 227 KiB on H100), so 4 stages of 128x256x64 fit.
+
+This template owns ``block_n=256``, ``block_k=64`` and ``thread_n`` 32/64 in the shared space: the SIMT and
+mma.sync templates refuse them, so no two legal points build the same kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schedlib.hw import HardwareProfile
+from schedlib.ir.expr import as_int
+from schedlib.rules import matmul_tc as tc
+from schedlib.rules.analysis import const_or
+from schedlib.rules.base import Config, Tiling
+
+INSTRUCTION = "wgmma"
+MIN_CC = (9, 0)
+WARPGROUP_ROWS = 64
+N_VALUES = (16, 32, 64, 128, 256)  # wgmma N = warp tile width = 4 * thread_n
+BLOCK_K = (16, 32, 64)
+ALIGN = 1024  # ring slots start on 1 KiB (128-byte swizzle) boundaries; the allocation carries 1 KiB of slack
+REGISTER_OVERHEAD = 48  # descriptors, copy indices, loop counters (per thread)
+EXCLUSIVE = {"block_n": (256,), "block_k": (64,), "thread_n": (32, 64)}  # knob values only wgmma configs take
+
+
+def available(target: HardwareProfile) -> bool:
+    """Whether the target has Hopper warpgroup MMA (the profile lists it, compute capability 9.0)."""
+    return INSTRUCTION in target.tensor_core_shapes and target.cc >= MIN_CC
+
+
+def shared_bytes(c: Config, in_bytes: int) -> int:
+    """The dynamic allocation: each operand's slots rounded to 1 KiB, times the stages, plus alignment slack."""
+    slot = sum(-(-rows * c["block_k"] * in_bytes // ALIGN) * ALIGN for rows in (c["block_m"], c["block_n"]))
+    return c["stages"] * slot + ALIGN
+
+
+def registers(c: Config) -> int:
+    """The accumulators of one 64 x N wgmma (N / 2 per thread) and overhead."""
+    return 2 * c["thread_n"] + REGISTER_OVERHEAD
+
+
+def exclusive_reason(c: Config) -> str | None:
+    """Why a non-wgmma config may not take one of the wgmma template's own knob values (None: it may not)."""
+    for knob, values in EXCLUSIVE.items():
+        if c[knob] in values:
+            return f"{knob}={c[knob]} belongs to the wgmma template (tensor_core='wgmma')"
+    return None
+
+
+def check(c: Config, facts: Any, target: HardwareProfile) -> str | None:
+    """Why a wgmma config cannot run (None when it can)."""
+    bm, bn, bk, tm, tn = c["block_m"], c["block_n"], c["block_k"], c["thread_m"], c["thread_n"]
+    if c["vector"] != 1:
+        return "vector is the SIMT copy width; wgmma configs copy 16 bytes with cp.async and keep vector=1"
+    if tm != 2:
+        return f"a wgmma warp tile is 16 rows (thread_m=2; 4 warps make the 64-row warpgroup), got thread_m={tm}"
+    wn = 4 * tn
+    if wn not in N_VALUES:
+        return f"the warp tile width 4*thread_n={wn} is not a wgmma N in {N_VALUES}"
+    if bm % WARPGROUP_ROWS:
+        return f"block_m={bm} is not a whole number of 64-row warpgroups"
+    if wn > bn:
+        return f"warp tile width {wn} is wider than block_n={bn}"
+    if bk not in BLOCK_K:
+        return f"block_k={bk}: K-major wgmma rows are 32, 64 or 128 bytes (block_k in {BLOCK_K})"
+    threads = (bm // 16) * (bn // wn) * 32
+    if threads > target.max_threads_per_block:
+        return f"{threads} threads per block exceed {target.max_threads_per_block}"
+    smem = shared_bytes(c, facts.in_bytes)
+    limit = target.max_shared_per_block(opt_in=True)
+    if smem > limit:
+        return f"{c['stages']} stages need {smem} bytes of shared memory, more than the opt-in {limit}"
+    regs = registers(c)
+    if regs > target.max_registers_per_thread:
+        return f"about {regs} registers per thread exceed {target.max_registers_per_thread}"
+    if threads // target.warp_size * target.registers_per_warp(regs) > target.registers_per_sm:
+        return f"{threads} threads x about {regs} registers do not fit one SM's {target.registers_per_sm}"
+    k = as_int(facts.extents[facts.k])
+    if k is not None and c["stages"] > 1 and c["stages"] > -(-k // bk):
+        return f"stages={c['stages']} exceeds the {-(-k // bk)} k-step(s): the extra buffers would hold nothing"
+    return tc.raster_reason(c, facts)
+
+
+def default(facts: Any, target: HardwareProfile, tile: tuple[int, int]) -> Config:
+    """Two warpgroups of 64 x block_n over a 128-row tile, 64-wide k steps (128-byte rows), and the deepest
+    ring the opt-in shared memory holds (at most 4): 128x256x64 in 4 stages on a large problem.  Smaller
+    problems keep the SIMT/mma sizing of ``tile`` (columns at least 64, rows a multiple of 64)."""
+    bm, bn = tile
+    m = const_or(facts.extents[facts.m], 4096)
+    n = const_or(facts.extents[facts.n], 4096)
+    bm = 128 if m > 64 else 64
+    bn = 256 if bn >= 128 and n >= 4096 else max(64, bn)
+    k = const_or(facts.extents[facts.k], 4096)
+    bk = 64 if k >= 64 else 32 if k >= 32 else 16
+    config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": 2, "thread_n": bn // 4, "vector": 1,
+              "split_k": 1, "stages": 1, "tensor_core": INSTRUCTION, "raster": 1}
+    limit = target.max_shared_per_block(opt_in=True)
+    k_steps = -(-k // bk)
+    config["stages"] = max([s for s in tc.STAGES if shared_bytes({**config, "stages": s}, facts.in_bytes) <= limit
+                            and s <= k_steps] or [1])
+    config["raster"] = tc.raster_for(config, facts, target, _blocks_per_sm(config, facts, target))
+    return config
+
+
+def _blocks_per_sm(c: Config, facts: Any, target: HardwareProfile) -> int:
+    threads = (c["block_m"] // 16) * (c["block_n"] // (4 * c["thread_n"])) * 32
+    by_regs = target.registers_per_sm // (threads // target.warp_size * target.registers_per_warp(registers(c)))
+    by_smem = target.shared_memory_per_sm // target.shared_allocation(shared_bytes(c, facts.in_bytes))
+    return max(1, min(by_regs, by_smem, target.max_threads_per_sm // threads, target.max_blocks_per_sm))
+
+
+def tiling(facts: Any, config: Config) -> Tiling:
+    base = tc.tiling(facts, config)
+    return Tiling(base.main_block, base.block_tile, base.thread_tile, base.step, base.threads,
+                  shared_bytes(config, facts.in_bytes), registers(config), base.vector, base.stages, base.split_k,
+                  True, base.warp_tile, base.raster, base.shared_buffers, warpgroup=True)
