@@ -74,7 +74,9 @@ def check_resources(kernel: sl.Kernel, *, spills_allowed: bool = False, archs: S
             assert warps * per_warp <= profile.registers_per_sm, \
                 f"{where}: {res.registers} registers x {threads} threads exceed the SM's {profile.registers_per_sm}"
             smem = res.shared_static_bytes + spec.dynamic_smem
-            assert smem <= profile.shared_memory_per_block, f"{where}: {smem} bytes of shared memory"
+            # dynamic shared memory past 48 KiB is opted into at launch (runtime.gpu sets the attribute)
+            limit = profile.max_shared_per_block(opt_in=spec.dynamic_smem > 0)
+            assert smem <= limit, f"{where}: {smem} bytes of shared memory (limit {limit})"
             if not spills_allowed:
                 assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, \
                     f"{where}: spills {res.spill_store_bytes} B stores / {res.spill_load_bytes} B loads"

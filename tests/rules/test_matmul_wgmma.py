@@ -1,0 +1,173 @@
+"""The matmul rule's Hopper template (``tensor_core="wgmma"``): where it exists, its legality, the default, the
+tiling the carver sees, and kernels built from it (emulator vs numpy; nvcc for sm_90a within the H100 profile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+import schedlib as sl
+import schedlib.hw
+import schedlib.rules as rules
+from schedlib import workloads as wl
+from schedlib.ir.func import Func
+from schedlib.runtime.emulator import KernelLaunch, emulate
+
+from .helpers import check_schedule, random_inputs
+
+MATMUL = rules.get_rule("matmul")
+H100 = sl.hw.load("h100")
+
+
+def wg(bm: int, bn: int, bk: int, wn: int, stages: int, raster: int = 1) -> dict[str, Any]:
+    """A wgmma config from its block tile, warpgroup width (the wgmma N), ring depth and raster group."""
+    return {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": 2, "thread_n": wn // 4, "vector": 1,
+            "split_k": 1, "stages": stages, "tensor_core": "wgmma", "raster": raster}
+
+
+# ---- the space ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, target, present", [
+    ("float16", "h100", True), ("bfloat16", "h200", True), ("float16", "h100_pcie", True),
+    ("float16", "a100", False), ("bfloat16", "l40s", False),  # sm_80 / sm_89: no warpgroup MMA
+    ("float32", "h100", False),  # the fp32 space has no tensor-core template at all
+])
+def test_wgmma_is_in_the_space_only_on_hopper(dtype: str, target: str, present: bool) -> None:
+    space = MATMUL.space(wl.matmul(512, 512, 512, dtype), sl.hw.load(target))
+    assert ("wgmma" in space.knob("tensor_core").values) == present
+    assert (256 in space.knob("block_n").values) == present and (64 in space.knob("block_k").values) == present
+    if not present:
+        assert all(c["tensor_core"] != "wgmma" for c in space.enumerate(limit=200))
+
+
+def test_the_wgmma_knob_values_are_its_own() -> None:
+    """block_n=256, block_k=64 and thread_n 32/64 exist for wgmma configs only, so no SIMT or mma.sync point
+    duplicates another by differing in a value its template could not use."""
+    f = wl.matmul(2048, 2048, 2048, "float16")
+    points = list(MATMUL.space(f, H100).enumerate())
+    hopper = [c for c in points if c["tensor_core"] == "wgmma"]
+    others = [c for c in points if c["tensor_core"] != "wgmma"]
+    assert hopper and others
+    assert all(c["block_n"] <= 128 and c["block_k"] <= 32 and c["thread_n"] <= 16 for c in others)
+    assert all(c["thread_m"] == 2 and c["block_m"] % 64 == 0 and c["vector"] == 1 for c in hopper)
+    assert {c["thread_n"] * 4 for c in hopper} == {16, 32, 64, 128, 256}
+    space = MATMUL.space(f, H100)
+    assert "block_n=256 belongs to the wgmma template" in space.reason(wg(128, 256, 32, 64, 2) | {"tensor_core": True,
+                                                                                                 "thread_m": 8})
+
+
+@pytest.mark.parametrize("config, why", [
+    (wg(128, 128, 64, 128, 3) | {"thread_m": 4}, "a wgmma warp tile is 16 rows"),
+    (wg(32, 64, 64, 64, 2), "block_m=32 is not a whole number of 64-row warpgroups"),
+    (wg(64, 64, 64, 128, 2), "warp tile width 128 is wider than block_n=64"),
+    (wg(128, 128, 16, 64, 2) | {"block_k": 8}, "K-major wgmma rows are 32, 64 or 128 bytes"),
+    (wg(128, 256, 64, 256, 4) | {"vector": 2}, "keep vector=1"),
+    (wg(128, 256, 64, 64, 4), "threads x about"),  # 8 warpgroups... 1024 threads: registers or threads refuse
+])
+def test_illegal_wgmma_points_say_why(config: dict, why: str) -> None:
+    space = MATMUL.space(wl.matmul(4096, 4096, 4096, "float16"), H100)
+    reason = space.reason(config) or ""
+    assert why in reason or (why == "threads x about" and "threads per block exceed" in reason), reason
+
+
+def test_the_ring_may_use_the_opt_in_shared_memory() -> None:
+    space = MATMUL.space(wl.matmul(4096, 4096, 4096, "float16"), H100)
+    assert space.is_legal(wg(128, 256, 64, 256, 4))  # 4 x 48 KiB + 1 KiB: past 48 KiB, within 227 KiB
+    five = MATMUL.space(wl.matmul(4096, 4096, 4096, "float16"), H100).reason(wg(128, 256, 64, 256, 4) | {"stages": 5})
+    assert "stages=5 is not one of" in five
+
+
+# ---- default and tiling -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", ["h100", "h200"])
+def test_default_on_hopper_is_two_warpgroups_of_64x256(target: str) -> None:
+    profile = sl.hw.load(target)
+    for dtype in ("float16", "bfloat16"):
+        c = MATMUL.default_config(wl.matmul(4096, 4096, 4096, dtype), profile)
+        assert c == wg(128, 256, 64, 256, 4, c["raster"]), c
+    small = MATMUL.default_config(wl.matmul(64, 64, 64, "float16"), profile)
+    assert small["tensor_core"] == "wgmma" and small["block_m"] == 64 and small["block_n"] == 64
+    assert MATMUL.default_config(wl.matmul(4096, 4096, 4096, "float16"), sl.hw.load("a100"))["tensor_core"] is True
+
+
+def test_tiling_describes_the_launched_kernel() -> None:
+    f = wl.matmul(4096, 4096, 4096, "float16")
+    config = MATMUL.default_config(f, H100)
+    t = MATMUL.tiling(f, H100, config)
+    assert t.tensor_core and t.warpgroup and t.stages == 4 and t.threads == 256
+    assert t.shared_bytes == 4 * (128 + 256) * 64 * 2 + 1024 and t.warp_tile == {"i": 16, "j": 256}
+    kernel = sl.build(MATMUL.apply(f, "h100", config), "h100")
+    (spec,) = kernel.launch
+    assert kernel.arch == "sm_90a" and spec.block == (256, 1, 1) and spec.dynamic_smem == t.shared_bytes
+    assert "sl_wgmma_n256_f16<0, 1>" in kernel.source and "wgmma.mma_async" in kernel.source
+
+
+def test_a_wgmma_kernel_builds_for_sm_90a_only() -> None:
+    kernel = sl.build(MATMUL.apply(wl.matmul(64, 64, 64, "float16"), "h100", wg(64, 64, 64, 64, 1)), "h100")
+    with pytest.raises(sl.CompileError, match="uses wgmma, which exists on sm_90a only; cannot build for sm_80"):
+        kernel.compile_check("sm_80")
+
+
+# ---- kernels ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    make: Callable[[], Func]
+    config: dict[str, Any] | None = None  # None: the rule default
+    sizes: tuple[Mapping[str, int], ...] = ({},)
+
+
+def mm(*args: Any, **kw: Any) -> Callable[[], Func]:
+    return lambda: wl.matmul(*args, **kw)
+
+
+M = sl.var("M")
+CASES = [
+    # every operand layout (K-major / MN-major A and B), both dtypes, the three K-major swizzle widths,
+    # narrow warpgroups (MN-major B atoms of 32 and 64 bytes), epilogues, M/N/K edges, batch, symbolic M
+    Case("f16-nn-128x256x128-default", mm(128, 256, 128, "float16"), wg(128, 256, 64, 256, 2)),
+    Case("f16-nn-64", mm(64, 64, 64, "float16")),
+    Case("f16-nt-residual-100x72x40-k16", mm(100, 72, 40, "float16", trans_b=True, epilogue="residual"),
+         wg(64, 64, 16, 32, 3)),
+    Case("f16-tn-bias_relu-96x80x48", mm(96, 80, 48, "float16", trans_a=True, epilogue="bias_relu"),
+         wg(64, 64, 16, 64, 3)),
+    Case("bf16-tt-128x128x96-k32-s3", mm(128, 128, 96, "bfloat16", trans_a=True, trans_b=True), wg(128, 128, 32, 64, 3)),
+    Case("bf16-nn-gelu-f32out-320x128x64-n16", mm(320, 128, 64, "bfloat16", epilogue="gelu", out_dtype="float32"),
+         wg(64, 64, 32, 16, 2, raster=4)),  # 5 x 2 blocks of 4 warpgroup columns of 16: a partial raster group
+    Case("f16-batch2-symM", mm(M, 128, 64, "float16", batch=2, epilogue="bias_relu"), wg(64, 128, 32, 128, 2),
+         ({"M": 1}, {"M": 70})),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_wgmma_kernel_matches_numpy_and_fits_the_gpu(case: Case, rng: np.random.Generator, toolchain: None) -> None:
+    f = case.make()
+    config = case.config or MATMUL.default_config(f, H100)
+    assert config["tensor_core"] == "wgmma", config
+    kernel = check_schedule(f, MATMUL.apply(f, "h100", config), rng, sizes=case.sizes, archs=("sm_90",))
+    assert "sl_wgmma_n" in kernel.source and "sl_cp_async_16" in kernel.source and kernel.arch == "sm_90a"
+
+
+def test_a_pipeline_that_refills_slots_in_use_is_caught(rng: np.random.Generator) -> None:
+    """The generated 3-stage ring keeps one wgmma group in flight and refills only slots whose wgmmas every
+    warpgroup has waited for.  Drop the in-loop wait and the refills land under wgmmas still pending: the
+    emulator, which performs a wgmma at its wait, then multiplies later tiles and the result is wrong."""
+    f = wl.matmul(128, 64, 256, "float16")
+    kernel = sl.build(MATMUL.apply(f, "h100", wg(128, 64, 32, 64, 3)), "h100")
+    (spec,) = kernel.launch
+    in_loop = "    sl_wgmma_wait<1>();\n"
+    assert kernel.source.count(in_loop) == 1
+    inputs = random_inputs(f, rng)
+    want = sl.run_reference(f, inputs)["D"].astype(np.float64)
+    for variant, source in (("ok", kernel.source), ("no_wait", kernel.source.replace(in_loop, ""))):
+        out = np.full((128, 64), np.nan, np.float16)
+        emulate(source, [KernelLaunch(spec.name, spec.grid_for({}), spec.block, spec.params, spec.dynamic_smem)],
+                {"A": inputs["A"], "B": inputs["B"], "D": out}, bounds_check=True)
+        close = np.allclose(out.astype(np.float64), want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
+        assert close == (variant == "ok"), variant
