@@ -79,7 +79,13 @@ INT_RATE = 0.5
 LEVEL_NAMES = {"compute": "compute", "dram": "DRAM", "l2": "L2", "shared": "shared/L1", "latency": "latency"}
 
 
-def _peaks(problem: Problem, profile: HardwareProfile, tensor_core: bool) -> tuple[float, float | None, str]:
+# On a GPU with warpgroup MMA (Hopper) the listed tensor-core peak is wgmma's; warp-level mma.sync is reported
+# to top out near half of it.  A model assumption taken from public reports, not measured by this project.
+MMA_SYNC_SHARE_ON_WGMMA_GPUS = 0.5
+
+
+def _peaks(problem: Problem, profile: HardwareProfile, tensor_core: bool, warpgroup: bool = False
+           ) -> tuple[float, float | None, str]:
     """(SIMT instruction-peak in FLOP/s, tensor-core peak or None, unit label).
 
     SIMT work is timed at the FP32 FMA rate whatever the storage dtype: generated code computes in
@@ -95,6 +101,8 @@ def _peaks(problem: Problem, profile: HardwareProfile, tensor_core: bool) -> tup
         tc = profile.peak_flops(problem.in_dtype, True)
     except ProfileError:
         return simt, None, f"{label} (no {problem.in_dtype} tensor cores on {profile.key})"
+    if not warpgroup and "wgmma" in profile.tensor_core_shapes:
+        return simt, tc * MMA_SYNC_SHARE_ON_WGMMA_GPUS, f"tensor core {problem.in_dtype} (mma.sync)"
     return simt, tc, f"tensor core {problem.in_dtype}"
 
 
@@ -187,8 +195,9 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     for (acc, spatial, has_reduce), t in zip(problem.load_shape, loads):
         if tiling.tensor_core and warp_tile and has_reduce and acc.buffer in staged:
             # mma operands: each warp reads its warp tile's rows per k with ldmatrix (16 bytes per lane and
-            # instruction, no 4-byte slot per element), and the tile arrives by 16-byte cp.async.
-            warps = threads / profile.warp_size
+            # instruction, no 4-byte slot per element), and the tile arrives by 16-byte cp.async.  wgmma reads
+            # them once per warpgroup of 4 warps (the Tiling's warp_tile is then the warpgroup's tile).
+            warps = threads / profile.warp_size / (4 if tiling.warpgroup else 1)
             frag_bytes = warps * math.prod(warp_tile.get(a, 1) for a in spatial) * acc.nbytes * reduce_per_thread
             port_block += frag_bytes + t.block_bytes
             mem_instr_block += (frag_bytes + t.block_bytes) / 16
@@ -205,7 +214,7 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
             mem_instr_block += reads / vector
 
     # ---- compute ---------------------------------------------------------------------------------
-    simt_peak, tc_peak, unit = _peaks(problem, profile, tiling.tensor_core)
+    simt_peak, tc_peak, unit = _peaks(problem, profile, tiling.tensor_core, tiling.warpgroup)
     simt_instr_block = tc_flops_block = useful_simt = useful_tc = 0.0
     combine_cycles = 0.0  # one block's cross-thread reductions, serial
     passes = 0  # loop steps over global inputs one block waits on, one after the other

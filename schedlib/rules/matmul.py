@@ -127,8 +127,11 @@ class MatmulRule(Rule):
             smem = (c["block_m"] + c["block_n"]) * c["block_k"] * facts.in_bytes
             if smem > smem_limit:
                 return f"{smem} bytes of shared memory exceed {smem_limit}"
-            if self._registers(c) > max_regs:
-                return f"about {self._registers(c)} registers per thread exceed {max_regs}"
+            regs = self._registers(c)
+            if regs > max_regs:
+                return f"about {regs} registers per thread exceed {max_regs}"
+            if -(-threads // target.warp_size) * target.registers_per_warp(regs) > target.registers_per_sm:
+                return f"{threads} threads x about {regs} registers do not fit one SM's {target.registers_per_sm}"
             if c["block_k"] % c["vector"] or (c["block_m"] * c["block_k"]) % (threads * c["vector"]):
                 return "vector width does not divide the copy evenly"
             return None

@@ -121,7 +121,10 @@ def _blocks_per_sm(c: Config, facts: Any, target: HardwareProfile) -> int:
 
 
 def tiling(facts: Any, config: Config) -> Tiling:
+    """The mma tiling, with the warpgroup's 64 x N tile as its ``warp_tile`` (what one wgmma reads from shared
+    memory per k step, for the carver) and the dynamic allocation as its shared memory."""
     base = tc.tiling(facts, config)
+    group = {facts.m: WARPGROUP_ROWS, facts.n: 4 * config["thread_n"]}
     return Tiling(base.main_block, base.block_tile, base.thread_tile, base.step, base.threads,
                   shared_bytes(config, facts.in_bytes), registers(config), base.vector, base.stages, base.split_k,
-                  True, base.warp_tile, base.raster, base.shared_buffers, warpgroup=True)
+                  True, group, base.raster, base.shared_buffers, warpgroup=True)

@@ -100,7 +100,7 @@ def test_tiling_describes_the_launched_kernel() -> None:
     config = MATMUL.default_config(f, H100)
     t = MATMUL.tiling(f, H100, config)
     assert t.tensor_core and t.warpgroup and t.stages == 4 and t.threads == 256
-    assert t.shared_bytes == 4 * (128 + 256) * 64 * 2 + 1024 and t.warp_tile == {"i": 16, "j": 256}
+    assert t.shared_bytes == 4 * (128 + 256) * 64 * 2 + 1024 and t.warp_tile == {"i": 64, "j": 256}
     kernel = sl.build(MATMUL.apply(f, "h100", config), "h100")
     (spec,) = kernel.launch
     assert kernel.arch == "sm_90a" and spec.block == (256, 1, 1) and spec.dynamic_smem == t.shared_bytes
@@ -137,7 +137,8 @@ CASES = [
          wg(64, 64, 16, 32, 3)),
     Case("f16-tn-bias_relu-96x80x48", mm(96, 80, 48, "float16", trans_a=True, epilogue="bias_relu"),
          wg(64, 64, 16, 64, 3)),
-    Case("bf16-tt-128x128x96-k32-s3", mm(128, 128, 96, "bfloat16", trans_a=True, trans_b=True), wg(128, 128, 32, 64, 3)),
+    Case("bf16-tt-128x128x96-k32-s3", mm(128, 128, 96, "bfloat16", trans_a=True, trans_b=True),
+         wg(128, 128, 32, 64, 3)),
     Case("bf16-nn-gelu-f32out-320x128x64-n16", mm(320, 128, 64, "bfloat16", epilogue="gelu", out_dtype="float32"),
          wg(64, 64, 32, 16, 2, raster=4)),  # 5 x 2 blocks of 4 warpgroup columns of 16: a partial raster group
     Case("f16-batch2-symM", mm(M, 128, 64, "float16", batch=2, epilogue="bias_relu"), wg(64, 128, 32, 128, 2),
@@ -171,3 +172,17 @@ def test_a_pipeline_that_refills_slots_in_use_is_caught(rng: np.random.Generator
                 {"A": inputs["A"], "B": inputs["B"], "D": out}, bounds_check=True)
         close = np.allclose(out.astype(np.float64), want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
         assert close == (variant == "ok"), variant
+
+
+def test_carver_ranks_wgmma_on_hopper_and_its_top10_runs(rng: np.random.Generator, toolchain: None) -> None:
+    """fp16 4096^3 on H100: the top 10 are wgmma configs priced at the full tensor-core peak (mma.sync gets the
+    model's share of it); every third of them (block_k 16, 32 and 64, stages 3 and 4, every raster group)
+    builds for sm_90a within the profile and matches numpy on the emulator at a size where all ten are legal."""
+    df = sl.carver.carve(wl.matmul(4096, 4096, 4096, "float16"), "h100", topk=10)
+    assert (df["tensor_core"] == "wgmma").all() and df.attrs["method"] == "exhaustive"
+    assert (df["compute_unit"] == "tensor core float16").all() and (df["peak_flops"] == 989.4e12).all()
+    small = wl.matmul(520, 520, 256, "float16", epilogue="bias_relu")  # 5 x 3 blocks of 128 x 256, partial edges
+    space = MATMUL.space(small, H100)
+    assert all(space.is_legal(c) for c in df["config"])
+    for config in df["config"].iloc[::3]:
+        check_schedule(small, MATMUL.apply(small, "h100", config), rng, archs=("sm_90",))
