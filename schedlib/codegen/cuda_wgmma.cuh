@@ -26,141 +26,82 @@ __device__ __forceinline__ void sl_wgmma_wait() {
 #define SL_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
     "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define SL_WG_D32(i) SL_WG_D8(i), SL_WG_D8(i + 8), SL_WG_D8(i + 16), SL_WG_D8(i + 24)
-#define SL_WG_D8_ SL_WG_D8(0)
-#define SL_WG_D16_ SL_WG_D8(0), SL_WG_D8(8)
-#define SL_WG_D32_ SL_WG_D32(0)
-#define SL_WG_D64_ SL_WG_D32(0), SL_WG_D32(32)
-#define SL_WG_D128_ SL_WG_D32(0), SL_WG_D32(32), SL_WG_D32(64), SL_WG_D32(96)
+#define SL_WG_D16_ SL_WG_D8(0)
+#define SL_WG_D32_ SL_WG_D8(0), SL_WG_D8(8)
+#define SL_WG_D64_ SL_WG_D32(0)
+#define SL_WG_D128_ SL_WG_D32(0), SL_WG_D32(32)
+#define SL_WG_D256_ SL_WG_D32(0), SL_WG_D32(32), SL_WG_D32(64), SL_WG_D32(96)
 
 // sl_wgmma_n<N>_<type><TRANS_A, TRANS_B>(d, desc_a, desc_b): D += A * B on m64nNk16 with f32 accumulators
-// (d: this thread's N/2 registers); TRANS_A/TRANS_B = 1 read A M-major / B N-major.
-template <int TA, int TB>
-__device__ __forceinline__ void sl_wgmma_n16_f16(float* d, unsigned long long da, unsigned long long db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %12, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7"
-      "}, %8, %9, p, 1, 1, %10, %11;\n}\n"
-      : SL_WG_D8_
-      : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
-}
-template <int TA, int TB>
-__device__ __forceinline__ void sl_wgmma_n16_bf16(float* d, unsigned long long da, unsigned long long db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %12, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7"
-      "}, %8, %9, p, 1, 1, %10, %11;\n}\n"
-      : SL_WG_D8_
-      : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
-}
-template <int TA, int TB>
-__device__ __forceinline__ void sl_wgmma_n32_f16(float* d, unsigned long long da, unsigned long long db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %20, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-      "}, %16, %17, p, 1, 1, %18, %19;\n}\n"
-      : SL_WG_D16_
-      : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
-}
-template <int TA, int TB>
-__device__ __forceinline__ void sl_wgmma_n32_bf16(float* d, unsigned long long da, unsigned long long db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %20, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-      "}, %16, %17, p, 1, 1, %18, %19;\n}\n"
-      : SL_WG_D16_
-      : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
-}
-template <int TA, int TB>
-__device__ __forceinline__ void sl_wgmma_n64_f16(float* d, unsigned long long da, unsigned long long db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, %34, %35;\n}\n"
-      : SL_WG_D32_
-      : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
-}
-template <int TA, int TB>
-__device__ __forceinline__ void sl_wgmma_n64_bf16(float* d, unsigned long long da, unsigned long long db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, %34, %35;\n}\n"
-      : SL_WG_D32_
-      : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
-}
-template <int TA, int TB>
-__device__ __forceinline__ void sl_wgmma_n128_f16(float* d, unsigned long long da, unsigned long long db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, %66, %67;\n}\n"
-      : SL_WG_D64_
-      : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
-}
-template <int TA, int TB>
-__device__ __forceinline__ void sl_wgmma_n128_bf16(float* d, unsigned long long da, unsigned long long db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, %66, %67;\n}\n"
-      : SL_WG_D64_
-      : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
-}
-template <int TA, int TB>
-__device__ __forceinline__ void sl_wgmma_n256_f16(float* d, unsigned long long da, unsigned long long db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %132, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, %130, %131;\n}\n"
-      : SL_WG_D128_
-      : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
-}
-template <int TA, int TB>
-__device__ __forceinline__ void sl_wgmma_n256_bf16(float* d, unsigned long long da, unsigned long long db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %132, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, %130, %131;\n}\n"
-      : SL_WG_D128_
-      : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
-}
-#undef SL_WG_D8_
+// (d: this thread's N/2 registers); TRANS_A/TRANS_B = 1 read A M-major / B N-major. Per N: the accumulator
+// placeholders, then the operand numbers of the descriptors, transposes and the always-true scale-d.
+#define SL_WG_ACC16 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define SL_WG_SCALE16 "%12"
+#define SL_WG_REST16 "%8, %9, p, 1, 1, %10, %11"
+#define SL_WG_ACC32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define SL_WG_SCALE32 "%20"
+#define SL_WG_REST32 "%16, %17, p, 1, 1, %18, %19"
+#define SL_WG_ACC64 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define SL_WG_SCALE64 "%36"
+#define SL_WG_REST64 "%32, %33, p, 1, 1, %34, %35"
+#define SL_WG_ACC128 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define SL_WG_SCALE128 "%68"
+#define SL_WG_REST128 "%64, %65, p, 1, 1, %66, %67"
+#define SL_WG_ACC256 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define SL_WG_SCALE256 "%132"
+#define SL_WG_REST256 "%128, %129, p, 1, 1, %130, %131"
+#define SL_WGMMA(N, TY)                                                                              \
+  template <int TA, int TB>                                                                          \
+  __device__ __forceinline__ void sl_wgmma_n##N##_##TY(float* d, unsigned long long da,             \
+                                                       unsigned long long db) {                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SL_WG_SCALE##N ", 0;\n"                           \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " {" SL_WG_ACC##N "}, " \
+                 SL_WG_REST##N ";\n}\n"                                                              \
+                 : SL_WG_D##N##_                                                                   \
+                 : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));                                     \
+  }
+SL_WGMMA(16, f16)
+SL_WGMMA(16, bf16)
+SL_WGMMA(32, f16)
+SL_WGMMA(32, bf16)
+SL_WGMMA(64, f16)
+SL_WGMMA(64, bf16)
+SL_WGMMA(128, f16)
+SL_WGMMA(128, bf16)
+SL_WGMMA(256, f16)
+SL_WGMMA(256, bf16)
+#undef SL_WGMMA
+#undef SL_WG_ACC16
+#undef SL_WG_SCALE16
+#undef SL_WG_REST16
+#undef SL_WG_ACC32
+#undef SL_WG_SCALE32
+#undef SL_WG_REST32
+#undef SL_WG_ACC64
+#undef SL_WG_SCALE64
+#undef SL_WG_REST64
+#undef SL_WG_ACC128
+#undef SL_WG_SCALE128
+#undef SL_WG_REST128
+#undef SL_WG_ACC256
+#undef SL_WG_SCALE256
+#undef SL_WG_REST256
 #undef SL_WG_D16_
 #undef SL_WG_D32_
 #undef SL_WG_D64_
 #undef SL_WG_D128_
+#undef SL_WG_D256_
 #undef SL_WG_D32
 #undef SL_WG_D8
 #endif  // __CUDACC__

@@ -122,6 +122,18 @@ class TensorCoreWriter:
             self.close()
         self.close()
 
+    def _loader(self, smem: dict[str, str], threads: int) -> None:
+        """``sl_ktiles`` and ``sl_load(slot, kt)``, which requests both operand tiles of k step ``kt``."""
+        p = self.plan
+        bk = p.tile[p.k]
+        self.emit(f"const int sl_ktiles = ({self._e(p.extent(p.k))} + {bk - 1}) / {bk};")
+        self.emit("auto sl_load = [&](int sl_stage, int sl_kt) {")
+        self.depth += 1
+        self._copy(p.a, smem["a"], threads)
+        self._copy(p.b, smem["b"], threads)
+        self.depth -= 1
+        self.emit("};")
+
     def _chunk_offset(self, op: Operand) -> list[str]:
         """Statements defining ``sl_dst``: the element offset in the operand's shared ring of chunk ``sl_q`` of
         tile row ``sl_r`` in slot ``sl_stage``."""
@@ -238,15 +250,8 @@ class TensorCoreWriter:
         self.emit("sl_acc[sl_mt][sl_nt][sl_e] = 0.0f;")
         for _ in range(3):
             self.close()
-        bk = p.tile[p.k]
-        self.emit(f"const int sl_ktiles = ({self._e(p.extent(p.k))} + {bk - 1}) / {bk};")
-        self.emit("auto sl_load = [&](int sl_stage, int sl_kt) {")
-        self.depth += 1
-        self._copy(p.a, smem["a"], threads)
-        self._copy(p.b, smem["b"], threads)
-        self.depth -= 1
-        self.emit("};")
-        s = p.stages
+        self._loader(smem, threads)
+        bk, s = p.tile[p.k], p.stages
         if s > 1:
             self.loop("sl_s", s - 1)
             self.emit("if (sl_s < sl_ktiles) sl_load(sl_s, sl_s);")

@@ -149,14 +149,7 @@ class WgmmaWriter(TensorCoreWriter):
         self.emit("sl_acc[0][sl_nt][sl_e] = 0.0f;")
         self.close()
         self.close()
-        bk = p.tile[p.k]
-        self.emit(f"const int sl_ktiles = ({self._e(p.extent(p.k))} + {bk - 1}) / {bk};")
-        self.emit("auto sl_load = [&](int sl_stage, int sl_kt) {")
-        self.depth += 1
-        self._copy(p.a, smem["a"], threads)
-        self._copy(p.b, smem["b"], threads)
-        self.depth -= 1
-        self.emit("};")
+        self._loader(smem, threads)
         s = p.stages
         in_flight = 1 if s >= 3 else 0  # wgmma groups left running across a step
         ahead = s - 1 - in_flight  # tiles requested ahead of the one being multiplied

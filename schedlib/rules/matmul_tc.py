@@ -111,12 +111,17 @@ def check(c: Config, facts: Any, target: HardwareProfile) -> str | None:
     if smem > target.shared_memory_per_block:
         return f"{c['stages']} stages of {smem // c['stages']} bytes of shared memory exceed " \
                f"{target.shared_memory_per_block}"
-    regs = registers(c)
+    return fit_reason(c, facts, target, threads, registers(c))
+
+
+def fit_reason(c: Config, facts: Any, target: HardwareProfile, threads: int, regs: int) -> str | None:
+    """The checks both tensor-core templates share: registers per thread and per SM, a ring no deeper than the
+    k loop, and a raster group that changes the block order."""
     if regs > target.max_registers_per_thread:
         return f"about {regs} registers per thread exceed {target.max_registers_per_thread}"
     if threads // target.warp_size * target.registers_per_warp(regs) > target.registers_per_sm:
         return f"{threads} threads x about {regs} registers do not fit one SM's {target.registers_per_sm}"
-    k = as_int(facts.extents[facts.k])
+    k, bk = as_int(facts.extents[facts.k]), c["block_k"]
     if k is not None and c["stages"] > 1 and c["stages"] > -(-k // bk):
         return f"stages={c['stages']} exceeds the {-(-k // bk)} k-step(s): the extra buffers would hold nothing"
     return raster_reason(c, facts)

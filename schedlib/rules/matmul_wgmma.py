@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 from schedlib.hw import HardwareProfile
-from schedlib.ir.expr import as_int
 from schedlib.rules import matmul_tc as tc
 from schedlib.rules.analysis import const_or
 from schedlib.rules.base import Config, Tiling
@@ -81,15 +80,7 @@ def check(c: Config, facts: Any, target: HardwareProfile) -> str | None:
     limit = target.max_shared_per_block(opt_in=True)
     if smem > limit:
         return f"{c['stages']} stages need {smem} bytes of shared memory, more than the opt-in {limit}"
-    regs = registers(c)
-    if regs > target.max_registers_per_thread:
-        return f"about {regs} registers per thread exceed {target.max_registers_per_thread}"
-    if threads // target.warp_size * target.registers_per_warp(regs) > target.registers_per_sm:
-        return f"{threads} threads x about {regs} registers do not fit one SM's {target.registers_per_sm}"
-    k = as_int(facts.extents[facts.k])
-    if k is not None and c["stages"] > 1 and c["stages"] > -(-k // bk):
-        return f"stages={c['stages']} exceeds the {-(-k // bk)} k-step(s): the extra buffers would hold nothing"
-    return tc.raster_reason(c, facts)
+    return tc.fit_reason(c, facts, target, threads, registers(c))
 
 
 def default(facts: Any, target: HardwareProfile, tile: tuple[int, int]) -> Config:

@@ -8,9 +8,8 @@ g++ build (cached by content hash).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,9 @@ from schedlib import workloads as wl
 from schedlib.ir.func import Func
 from schedlib.runtime.emulator import KernelLaunch, emulate
 
+from .helpers import MatmulCase as Case
 from .helpers import check_resources, check_schedule, compare, random_inputs
+from .helpers import matmul_maker as mm
 
 MATMUL = rules.get_rule("matmul")
 H100 = sl.hw.load("h100")
@@ -146,18 +147,6 @@ def test_tiling_describes_the_launched_kernel() -> None:
 
 
 # ---- kernels ------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    make: Callable[[], Func]
-    config: dict[str, Any] | None = None  # None: the rule default
-    sizes: tuple[Mapping[str, int], ...] = ({},)
-
-
-def mm(*args: Any, **kw: Any) -> Callable[[], Func]:
-    return lambda: wl.matmul(*args, **kw)
-
 
 M = sl.var("M")
 CASES = [

@@ -4,8 +4,6 @@ tiling the carver sees, and kernels built from it (emulator vs numpy; nvcc for s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,10 +13,11 @@ import schedlib as sl
 import schedlib.hw
 import schedlib.rules as rules
 from schedlib import workloads as wl
-from schedlib.ir.func import Func
 from schedlib.runtime.emulator import KernelLaunch, emulate
 
+from .helpers import MatmulCase as Case
 from .helpers import check_schedule, random_inputs
+from .helpers import matmul_maker as mm
 
 MATMUL = rules.get_rule("matmul")
 H100 = sl.hw.load("h100")
@@ -115,18 +114,6 @@ def test_a_wgmma_kernel_builds_for_sm_90a_only() -> None:
 
 # ---- kernels ------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Case:
-    id: str
-    make: Callable[[], Func]
-    config: dict[str, Any] | None = None  # None: the rule default
-    sizes: tuple[Mapping[str, int], ...] = ({},)
-
-
-def mm(*args: Any, **kw: Any) -> Callable[[], Func]:
-    return lambda: wl.matmul(*args, **kw)
-
-
 M = sl.var("M")
 CASES = [
     # every operand layout (K-major / MN-major A and B), both dtypes, the three K-major swizzle widths,
@@ -179,7 +166,9 @@ def test_carver_ranks_wgmma_on_hopper_and_its_top10_runs(rng: np.random.Generato
     model's share of it); every third of them (block_k 16, 32 and 64, stages 3 and 4, every raster group)
     builds for sm_90a within the profile and matches numpy on the emulator at a size where all ten are legal."""
     df = sl.carver.carve(wl.matmul(4096, 4096, 4096, "float16"), "h100", topk=10)
-    assert (df["tensor_core"] == "wgmma").all() and df.attrs["method"] == "exhaustive"
+    assert (df["tensor_core"] == "wgmma").all() and df.attrs["method"] == "grow"  # 242k points: past the limit
+    everything = sl.carver.carve(wl.matmul(4096, 4096, 4096, "float16"), "h100", topk=1, method="exhaustive")
+    assert everything["config"].iloc[0] == df["config"].iloc[0]  # the growth finds the exhaustive top-1
     assert (df["compute_unit"] == "tensor core float16").all() and (df["peak_flops"] == 989.4e12).all()
     small = wl.matmul(520, 520, 256, "float16", epilogue="bias_relu")  # 5 x 3 blocks of 128 x 256, partial edges
     space = MATMUL.space(small, H100)
