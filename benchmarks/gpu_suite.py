@@ -7,7 +7,12 @@
 2. Each workload: every kernel is checked against the vendor result first, then timed with CUDA events
    (warm-up, L2 flush before each repetition, median of >= 20): the rule default, each of the carver's
    top-k, a short search (gpu backend), and the vendor library.  % of roofline uses the measured ceilings.
-3. CSV and Markdown go to ``$OUT`` (or ``--out``); a short table is printed last.
+   fp16 matmuls also get a ``rule[tensor_core=True]`` row: the mma.sync template's default next to the
+   wgmma default that Hopper's rule picks.
+3. Each workload runs in its own process under a time limit (``--workload-timeout``, and the whole call's
+   ``--budget``), so a kernel that faults or hangs costs that workload's rows only: the others, and the
+   ceilings, are kept.  A method that fails inside a workload gets a row saying why.
+4. CSV and Markdown go to ``$OUT`` (or ``--out``); a short table is printed last.
 
 ``--dry-run`` runs the same pipeline with the carver's estimates and no GPU, to check the script itself.
 """
@@ -16,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -63,6 +70,37 @@ def ceilings() -> dict[str, float]:
     return out
 
 
+def run_one(spec: WorkloadSpec, args: argparse.Namespace, ceil: dict[str, float] | None) -> None:
+    """One workload in this process (the child side): its rows to ``<out>/parts/<label>.csv``."""
+    target = "h100" if args.dry_run else sl.hw.detect()
+    backend = "estimate" if args.dry_run else "gpu"
+    templates = (True,) if spec.params.get("dtype") in ("float16", "bfloat16") else ()
+    df = compare([spec], target, topk=args.topk, trials=args.trials, backend=backend, ceilings=ceil,
+                 templates=templates)
+    df.to_csv(Path(args.out) / "parts" / f"{spec.label}.csv", index=False)
+
+
+def run_isolated(spec: WorkloadSpec, args: argparse.Namespace, ceil: dict[str, float] | None, limit: float
+                 ) -> tuple[object, str]:
+    """Run one workload in a child process; (its DataFrame or None, what happened)."""
+    import pandas as pd
+
+    part = Path(args.out) / "parts" / f"{spec.label}.csv"
+    part.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", spec.label, "--out", args.out,
+           "--trials", str(args.trials), "--topk", str(args.topk), "--ceilings", json.dumps(ceil or {})]
+    if args.dry_run:
+        cmd.append("--dry-run")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {limit:g} s"
+    if proc.returncode != 0 or not part.is_file():
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        return None, f"failed (exit {proc.returncode}): {tail[:300]}"
+    return pd.read_csv(part), "ok"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "gpu-suite-out"))
@@ -70,33 +108,44 @@ def main() -> int:
     ap.add_argument("--topk", type=int, default=4)
     ap.add_argument("--only", nargs="*", help="labels of the workloads to run")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: estimates only, to test the script")
+    ap.add_argument("--budget", type=float, default=560.0, help="seconds for the whole call (default 560)")
+    ap.add_argument("--workload-timeout", type=float, default=150.0, help="seconds per workload (default 150)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)  # run one workload in this process
+    ap.add_argument("--ceilings", default="{}", help=argparse.SUPPRESS)
     args = ap.parse_args()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "parts").mkdir(parents=True, exist_ok=True)
+    if args.child:
+        spec = next(s for s in SUITE if s.label == args.child)
+        run_one(spec, args, json.loads(args.ceilings) or None)
+        return 0
     start = time.time()
     if args.dry_run:
-        device, ceil, backend, target = "none (dry run)", None, "estimate", "h100"
+        device, ceil = "none (dry run)", None
     else:
         import cupy as cp
 
         device = cp.cuda.runtime.getDeviceProperties(0)["name"]
         device = device.decode() if isinstance(device, bytes) else device
-        target = sl.hw.detect()
         ceil = ceilings()
-        backend = "gpu"
+        cp.get_default_memory_pool().free_all_blocks()  # the children need the memory, not this process
         print(f"device {device}: copy {ceil['bandwidth'] / 1e9:.0f} GB/s, cuBLAS fp16 "
               f"{ceil['fp16_flops'] / 1e12:.0f} TFLOP/s, fp32 {ceil['fp32_flops'] / 1e12:.1f} TFLOP/s", flush=True)
     suite = [s for s in SUITE if not args.only or s.label in args.only]
-    frames = []
+    frames, problems = [], []
     for spec in suite:
         t0 = time.time()
-        try:
-            df = compare([spec], target, topk=args.topk, trials=args.trials, backend=backend, ceilings=ceil)
-        except Exception as exc:  # one broken workload must not lose the others' numbers
-            print(f"{spec.label}: FAILED {type(exc).__name__}: {exc}", flush=True)
+        left = args.budget - (t0 - start)
+        if left < 20:
+            problems.append((spec.label, f"skipped: {left:.0f} s of the {args.budget:.0f} s budget left"))
+            print(f"{spec.label}: {problems[-1][1]}", flush=True)
             continue
-        frames.append(df)
-        print(f"{spec.label}: done in {time.time() - t0:.0f} s", flush=True)
+        df, what = run_isolated(spec, args, ceil, min(args.workload_timeout, left - 10))
+        if df is None:
+            problems.append((spec.label, what))
+        else:
+            frames.append(df)
+        print(f"{spec.label}: {what} in {time.time() - t0:.0f} s", flush=True)
     import pandas as pd
 
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -107,11 +156,14 @@ def main() -> int:
     if ceil:
         lines += [f"Ceilings: copy {ceil['bandwidth'] / 1e9:.0f} GB/s; cuBLAS fp16 {ceil['fp16_flops'] / 1e12:.0f} "
                   f"TFLOP/s; fp32 {ceil['fp32_flops'] / 1e12:.1f} TFLOP/s.", ""]
-    lines += [markdown_table(table, cols) if len(table) else "(no results)", "",
-              f"Wall time {time.time() - start:.0f} s."]
+    lines += [markdown_table(table, cols) if len(table) else "(no results)", ""]
+    lines += [f"- {label}: {what}" for label, what in problems]
+    lines += ["", f"Wall time {time.time() - start:.0f} s."]
     (out / "gpu_suite.md").write_text("\n".join(lines))
     if len(table):
         print(table[cols].to_string(index=False))
+    for label, what in problems:
+        print(f"{label}: {what}")
     return 0
 
 

@@ -105,10 +105,15 @@ class _Timer:
 
 def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[str] = METHODS, *, topk: int = 5,
             trials: int = 16, strategy: str = "tpe", storage: str | None = None, backend: str | None = None,
-            ceilings: dict[str, float] | None = None, quiet: bool = True) -> pd.DataFrame:
+            ceilings: dict[str, float] | None = None, quiet: bool = True,
+            templates: Sequence[Any] = ()) -> pd.DataFrame:
     """One row per workload x method (``carver`` gives a top-1 and a best-of-top-k row).
 
-    ``backend`` is ``"gpu"`` or ``"estimate"``; by default ``gpu`` when a device is visible.
+    ``backend`` is ``"gpu"`` or ``"estimate"``; by default ``gpu`` when a device is visible.  ``templates``
+    adds a ``rule[tensor_core=V]`` row per value V with that template's default, for workloads whose rule has
+    it (the matmul's ``True`` = mma.sync next to Hopper's wgmma default, say).  A method that fails (a kernel
+    that does not build, or computes a different result) gets a row with no time and ``source`` saying why;
+    the other methods still run.
     """
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -126,7 +131,7 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
         peak, bw = _peak(profile, w.dtype, ceilings)
         timer.prepare(func, spec)
         base = {"workload": label, "shape": _shape(func), "dtype": w.dtype}
-        found = _run_methods(func, profile, methods, timer, topk, trials, strategy, storage, quiet)
+        found = _run_methods(func, profile, methods, timer, topk, trials, strategy, storage, quiet, templates)
         for _method, info in found:
             if "history" in info:
                 histories[label] = info.pop("history")
@@ -162,53 +167,115 @@ def _timed(timer: _Timer, sch: Schedule, rule: Any, config: dict[str, Any]) -> d
     return {"time_us": t["median_us"], "p20_us": t["p20_us"], "p80_us": t["p80_us"]}
 
 
+def _failed(exc: BaseException) -> dict[str, Any]:
+    nan = float("nan")
+    why = " ".join(str(exc).split())[:300]
+    return {"time_us": nan, "p20_us": nan, "p80_us": nan, "source": f"failed: {type(exc).__name__}: {why}"}
+
+
 def _run_methods(func: Func, profile: HardwareProfile, methods: Sequence[str], timer: _Timer, topk: int,
-                 trials: int, strategy: str, storage: str | None, quiet: bool) -> list[tuple[str, dict[str, Any]]]:
+                 trials: int, strategy: str, storage: str | None, quiet: bool, templates: Sequence[Any] = ()
+                 ) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    # the vendor first: its time survives a later kernel that takes the device down with it
+    vendor = _vendor_row(timer) if "vendor" in methods else None
+    for method in ("rule", "carver", "search"):
+        if method not in methods:
+            continue
+        try:
+            out += _METHODS[method](func, profile, timer, topk, trials, strategy, storage, quiet)
+        except Exception as exc:  # one failing method must not lose the others' rows
+            out.append((method, {"rule": None, "config": None, "tuning_s": 0.0, "trials": 0, **_failed(exc)}))
+    for template in templates:
+        out += _template_row(func, profile, timer, template)
+    if vendor is not None:
+        out.append(("vendor", vendor))
+    return out
+
+
+def _template_row(func: Func, profile: HardwareProfile, timer: _Timer, template: Any
+                  ) -> list[tuple[str, dict[str, Any]]]:
+    from schedlib.rules import find_rule
+
+    rule = find_rule(func, profile)
+    if not hasattr(rule, "template_default") or "tensor_core" not in rule.space(func, profile).names:
+        return []
+    try:
+        config = rule.template_default(func, profile, template)
+    except ValueError:  # the template is not in this workload's space
+        return []
+    name = f"rule[tensor_core={template}]"
+    info = {"rule": rule.name, "config": config, "tuning_s": 0.0, "trials": 0}
+    try:
+        return [(name, {**info, **_timed(timer, rule.apply(func, profile, config), rule, config)})]
+    except Exception as exc:
+        return [(name, {**info, **_failed(exc)})]
+
+
+def _vendor_row(timer: _Timer) -> dict[str, Any]:
+    nan = float("nan")
+    try:
+        t = timer.vendor_time()
+    except Exception as exc:
+        return {"rule": None, "config": None, "tuning_s": 0.0, "trials": 0, **_failed(exc)}
+    if t is None:
+        return {"rule": None, "config": None, "time_us": nan, "p20_us": nan, "p80_us": nan, "tuning_s": 0.0,
+                "trials": 0, "source": "needs a GPU" if not timer.measured else "no vendor equivalent"}
+    return {"rule": None, "config": None, "time_us": t["median_us"], "p20_us": t["p20_us"], "p80_us": t["p80_us"],
+            "tuning_s": 0.0, "trials": 0}
+
+
+def _rule_rows(func: Func, profile: HardwareProfile, timer: _Timer, *_: Any) -> list[tuple[str, dict[str, Any]]]:
     from schedlib.rules import apply_default, get_rule
 
-    out: list[tuple[str, dict[str, Any]]] = []
-    if "rule" in methods:
-        t0 = time.perf_counter()
-        sch = apply_default(func, profile)
-        cost = time.perf_counter() - t0
-        rule = get_rule(sch.rule)
-        out.append(("rule", {"rule": sch.rule, "config": sch.config, "tuning_s": cost, "trials": 0,
-                             **_timed(timer, sch, rule, sch.config)}))
-    if "carver" in methods:
-        from schedlib.carver import carve
+    t0 = time.perf_counter()
+    sch = apply_default(func, profile)
+    cost = time.perf_counter() - t0
+    info = {"rule": sch.rule, "config": sch.config, "tuning_s": cost, "trials": 0}
+    return [("rule", {**info, **_timed(timer, sch, get_rule(sch.rule), sch.config)})]
 
-        t0 = time.perf_counter()
-        ranked = carve(func, profile, topk=topk)
-        cost = time.perf_counter() - t0
-        rule = get_rule(ranked["rule"].iloc[0])
-        timings = []
-        for config in ranked["config"]:
+
+def _carver_rows(func: Func, profile: HardwareProfile, timer: _Timer, topk: int, *_: Any
+                 ) -> list[tuple[str, dict[str, Any]]]:
+    """The model's top-1, and the best measured of its top-k (a config that fails is skipped, and said)."""
+    from schedlib.carver import carve
+    from schedlib.rules import get_rule
+
+    t0 = time.perf_counter()
+    ranked = carve(func, profile, topk=topk)
+    cost = time.perf_counter() - t0
+    rule = get_rule(ranked["rule"].iloc[0])
+    timings: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for config in ranked["config"]:
+        try:
             timings.append((config, _timed(timer, rule.apply(func, profile, config), rule, config)))
-            if not timer.measured:
-                break  # the model already ranked them: its top-1 is its best
-        top = timings[0]
-        best = min(timings, key=lambda ct: ct[1]["time_us"])
-        info = {"rule": rule.name, "tuning_s": cost, "trials": len(timings)}
-        out.append(("carver", {**info, "config": top[0], **top[1]}))
-        out.append(("carver_best_of_k", {**info, "config": best[0], **best[1]}))
-    if "search" in methods:
-        from schedlib.search import tune
+        except Exception as exc:
+            timings.append((config, _failed(exc)))
+        if not timer.measured:
+            break  # the model already ranked them: its top-1 is its best
+    top = timings[0]
+    ok = [ct for ct in timings if ct[1]["time_us"] == ct[1]["time_us"]]
+    best = min(ok, key=lambda ct: ct[1]["time_us"]) if ok else top
+    info = {"rule": rule.name, "tuning_s": cost, "trials": len(timings)}
+    failed = len(timings) - len(ok)
+    note = {"source": f"{failed} of {len(timings)} failed; {best[1].get('source', 'measured')}"} if failed else {}
+    return [("carver", {**info, "config": top[0], **top[1]}),
+            ("carver_best_of_k", {**info, "config": best[0], **best[1], **note})]
 
-        t0 = time.perf_counter()
-        res = tune(func, profile, trials=trials, strategy=strategy, storage=storage,
-                   backend="gpu" if timer.measured else "estimate", quiet=quiet)
-        cost = time.perf_counter() - t0
-        rule = get_rule(res.best_schedule.rule) if res.best_schedule.rule else None
-        info = {"rule": rule.name if rule else None, "config": res.best_config, "tuning_s": cost,
-                "trials": len(res.records), "history": [float(v) for v in res.history]}
-        out.append(("search", {**info, **_timed(timer, res.best_schedule, rule, res.best_config)}))
-    if "vendor" in methods:
-        t = timer.vendor_time()
-        if t is None:
-            out.append(("vendor", {"rule": None, "config": None, "time_us": float("nan"), "p20_us": float("nan"),
-                                   "p80_us": float("nan"), "tuning_s": 0.0, "trials": 0,
-                                   "source": "needs a GPU" if not timer.measured else "no vendor equivalent"}))
-        else:
-            out.append(("vendor", {"rule": None, "config": None, "time_us": t["median_us"], "p20_us": t["p20_us"],
-                                   "p80_us": t["p80_us"], "tuning_s": 0.0, "trials": 0}))
-    return out
+
+def _search_rows(func: Func, profile: HardwareProfile, timer: _Timer, topk: int, trials: int, strategy: str,
+                 storage: str | None, quiet: bool) -> list[tuple[str, dict[str, Any]]]:
+    from schedlib.rules import get_rule
+    from schedlib.search import tune
+
+    t0 = time.perf_counter()
+    res = tune(func, profile, trials=trials, strategy=strategy, storage=storage,
+               backend="gpu" if timer.measured else "estimate", quiet=quiet)
+    cost = time.perf_counter() - t0
+    rule = get_rule(res.best_schedule.rule) if res.best_schedule.rule else None
+    info = {"rule": rule.name if rule else None, "config": res.best_config, "tuning_s": cost,
+            "trials": len(res.records), "history": [float(v) for v in res.history]}
+    return [("search", {**info, **_timed(timer, res.best_schedule, rule, res.best_config)})]
+
+
+_METHODS = {"rule": _rule_rows, "carver": _carver_rows, "search": _search_rows}

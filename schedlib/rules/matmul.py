@@ -174,7 +174,17 @@ class MatmulRule(Rule):
 
     def default_config(self, func: Func, target: Any) -> Config:
         """Largest block tile that still gives every SM a block, shrunk for small problems; on tensor cores
-        when the space has them (see :func:`matmul_tc.default`), else a register-blocked SIMT tile."""
+        when the space has them (wgmma on Hopper, see :func:`matmul_wgmma.default`, else mma.sync, see
+        :func:`matmul_tc.default`), else a register-blocked SIMT tile."""
+        return self.template_default(func, target, None)
+
+    def template_default(self, func: Func, target: Any, template: bool | str | None) -> Config:
+        """The default of one template (``tensor_core`` value ``False``, ``True`` or ``"wgmma"``; None: the
+        fastest the space has).  A template the space lacks is a ValueError naming the values it has."""
+        values = self.space(func, target).knob("tensor_core").values
+        if template is not None and template not in values:
+            raise ValueError(f"tensor_core={template!r} is not in this matmul's space (it has {list(values)})")
+        wanted = [v for v in (wg.INSTRUCTION, True, False) if v in values and (template is None or v == template)]
         facts = self._facts(func)
         M = const_or(facts.extents[facts.m], 4096)
         N = const_or(facts.extents[facts.n], 4096)
@@ -188,16 +198,22 @@ class MatmulRule(Rule):
             else:
                 bn //= 2
         space = self.space(func, target)
-        if wg.INSTRUCTION in space.knob("tensor_core").values:
+        if wg.INSTRUCTION in wanted:
             config = wg.default(facts, target, (bm, bn))
             for candidate in (config, {**config, "raster": 1}):
                 if space.is_legal(candidate):
                     return candidate
-        if True in space.knob("tensor_core").values:
+        if True in wanted:
             config = tc.default(facts, target, (bm, bn))
             for candidate in (config, {**config, "raster": 1}):
                 if space.is_legal(candidate):
                     return candidate
+        if template not in (None, False):  # that template's sizing did not fit: its first legal point
+            first = next((c for c in space.enumerate() if c["tensor_core"] == template
+                          and type(c["tensor_core"]) is type(template)), None)
+            if first is None:
+                raise ValueError(f"this matmul has no legal tensor_core={template!r} config")
+            return first
         tm = 8 if bm >= 64 else max(1, bm // 16)
         tn = 8 if bn >= 64 else max(1, bn // 16)
         for bk in (8, 16):

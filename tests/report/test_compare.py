@@ -1,0 +1,58 @@
+"""``sl.report.compare`` on the estimate backend: template rows, and a failing method that loses only its own row."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+
+import schedlib as sl
+from schedlib.report import compare
+
+cmp = importlib.import_module("schedlib.report.compare")  # the package re-exports the function under this name
+
+
+def test_template_rows_put_mma_sync_next_to_the_wgmma_default() -> None:
+    f = sl.workloads.matmul(4096, 4096, 4096, "float16")
+    df = compare([f], "h100", methods=("rule", "vendor"), templates=(True, "nosuch"), backend="estimate")
+    assert list(df["method"]) == ["rule", "rule[tensor_core=True]", "vendor"]  # a template it lacks: no row
+    rule, mma = df.iloc[0], df.iloc[1]
+    assert rule["config"]["tensor_core"] == "wgmma" and mma["config"]["tensor_core"] is True
+    assert mma["time_us"] > rule["time_us"] > 0  # the model prices mma.sync on Hopper below wgmma
+    fp32 = compare([sl.workloads.matmul(512, 512, 512)], "h100", methods=("rule",), templates=(True,),
+                   backend="estimate")
+    assert list(fp32["method"]) == ["rule"]  # fp32 has no tensor-core template
+
+
+def test_a_failing_method_keeps_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: object) -> list:
+        raise RuntimeError("matmul: kernel result differs from the vendor result by 3.5")
+
+    monkeypatch.setitem(cmp._METHODS, "rule", broken)
+    df = compare([sl.workloads.matmul(1024, 1024, 1024, "float16")], "h100", methods=("rule", "carver", "vendor"),
+                 backend="estimate")
+    assert list(df["method"]) == ["rule", "carver", "carver_best_of_k", "vendor"]
+    failed = df.iloc[0]
+    assert math.isnan(failed["time_us"]) and not failed["measured"]
+    assert failed["source"] == "failed: RuntimeError: matmul: kernel result differs from the vendor result by 3.5"
+    assert (df.iloc[1:3]["time_us"] > 0).all() and (df.iloc[1:3]["source"] == "estimated").all()
+
+
+def test_a_failing_carver_config_is_skipped_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With measurements, each of the top-k is timed; one that fails is left out of the best-of-k and counted."""
+    calls = []
+
+    def timed(timer: object, sch: object, rule: object, config: dict) -> dict:
+        calls.append(config)
+        if len(calls) == 1:
+            raise RuntimeError("illegal memory access")
+        return {"time_us": 10.0 + len(calls), "p20_us": 10.0, "p80_us": 12.0}
+
+    monkeypatch.setattr(cmp, "_timed", timed)
+    timer = cmp._Timer(sl.hw.load("h100"), measured=False)
+    timer.measured = True  # time every one of the top-k (timing itself is the stub above)
+    rows = dict(cmp._carver_rows(sl.workloads.matmul(1024, 1024, 1024, "float16"), sl.hw.load("h100"), timer, 3))
+    assert rows["carver"]["source"] == "failed: RuntimeError: illegal memory access"
+    best = rows["carver_best_of_k"]
+    assert best["time_us"] == 12.0 and best["config"] == calls[1] and best["source"].startswith("1 of 3 failed")
