@@ -14,6 +14,7 @@ import schedlib.hw
 import schedlib.rules as rules
 from schedlib import workloads as wl
 from schedlib.runtime.emulator import KernelLaunch, emulate
+from schedlib.runtime.nvcc import compile_check
 
 from .helpers import MatmulCase as Case
 from .helpers import check_schedule, random_inputs
@@ -175,3 +176,21 @@ def test_carver_ranks_wgmma_on_hopper_and_its_top10_runs(rng: np.random.Generato
     assert all(space.is_legal(c) for c in df["config"])
     for config in df["config"].iloc[::3]:
         check_schedule(small, MATMUL.apply(small, "h100", config), rng, archs=("sm_90",))
+
+
+def test_the_default_keeps_its_wgmmas_asynchronous(toolchain: None) -> None:
+    """ptxas keeps wgmma asynchronous only if nothing touches the accumulators between issue and wait; when
+    something does, it injects waits (C7517) or serializes the wgmmas (C7515) and says so.  The default kernel
+    (and its fused epilogue) draws neither, and a variant touching one accumulator in the loop does."""
+    for epilogue in (None, "bias_relu"):
+        f = wl.matmul(4096, 4096, 4096, "float16", epilogue=epilogue)
+        kernel = sl.build(MATMUL.apply(f, "h100"), "h100")
+        report = kernel.compile_check("sm_90a")
+        assert "C7517" not in report.log and "C7515" not in report.log, report.log
+        (res,) = report.kernels.values()
+        assert res.stack_frame_bytes == 0 and res.spill_store_bytes == 0 and res.registers <= 255
+    commit = "    sl_wgmma_commit();\n    sl_wgmma_wait<1>();"
+    assert kernel.source.count(commit) == 1
+    touch = "    sl_wgmma_commit();\n    sl_acc[0][1][1] += 1.0f;\n    sl_wgmma_wait<1>();"
+    touched = kernel.source.replace(commit, touch)
+    assert "warpgroup.wait is injected" in compile_check(touched, "sm_90a").log
