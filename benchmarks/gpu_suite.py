@@ -9,6 +9,9 @@
    top-k, a short search (gpu backend), and the vendor library.  % of roofline uses the measured ceilings.
    fp16 matmuls also get a ``rule[tensor_core=True]`` row: the mma.sync template's default next to the
    wgmma default that Hopper's rule picks.
+   Before them, a tensor-core self-check (``sl.report.tensor_core_selfcheck``): each tensor-core template
+   the card has (wgmma, mma.sync), every operand layout, fp16 and bf16, against numpy, so that a template
+   whose hardware semantics differ from the emulator's shows up by layout, not as one failed workload.
 3. Each workload runs in its own process under a time limit (``--workload-timeout``, and the whole call's
    ``--budget``), so a kernel that faults or hangs costs that workload's rows only: the others, and the
    ceilings, are kept.  A method that fails inside a workload gets a row saying why.
@@ -34,6 +37,7 @@ import schedlib as sl
 from schedlib.report import compare, markdown_table
 from schedlib.suites import WorkloadSpec
 
+SELFCHECK = "selfcheck"  # the child label of the tensor-core self-check
 SUITE = [
     WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float32"}, "matmul_fp32_4096"),
     WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"}, "matmul_fp16_4096"),
@@ -80,14 +84,26 @@ def run_one(spec: WorkloadSpec, args: argparse.Namespace, ceil: dict[str, float]
     df.to_csv(Path(args.out) / "parts" / f"{spec.label}.csv", index=False)
 
 
-def run_isolated(spec: WorkloadSpec, args: argparse.Namespace, ceil: dict[str, float] | None, limit: float
+def run_selfcheck(args: argparse.Namespace) -> None:
+    """The tensor-core self-check in this process (the child side), to ``<out>/parts/selfcheck.csv``; a dry
+    run checks one case per template on the CPU emulator."""
+    from schedlib.report import tensor_core_selfcheck
+
+    if args.dry_run:
+        df = tensor_core_selfcheck("h100", backend="emulator", cases=("nn_f16",))
+    else:
+        df = tensor_core_selfcheck(sl.hw.detect(), backend="gpu")
+    df.to_csv(Path(args.out) / "parts" / f"{SELFCHECK}.csv", index=False)
+
+
+def run_isolated(label: str, args: argparse.Namespace, ceil: dict[str, float] | None, limit: float
                  ) -> tuple[object, str]:
-    """Run one workload in a child process; (its DataFrame or None, what happened)."""
+    """Run one workload (or the self-check) in a child process; (its DataFrame or None, what happened)."""
     import pandas as pd
 
-    part = Path(args.out) / "parts" / f"{spec.label}.csv"
+    part = Path(args.out) / "parts" / f"{label}.csv"
     part.unlink(missing_ok=True)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", spec.label, "--out", args.out,
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", label, "--out", args.out,
            "--trials", str(args.trials), "--topk", str(args.topk), "--ceilings", json.dumps(ceil or {})]
     if args.dry_run:
         cmd.append("--dry-run")
@@ -115,6 +131,9 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     (out / "parts").mkdir(parents=True, exist_ok=True)
+    if args.child == SELFCHECK:
+        run_selfcheck(args)
+        return 0
     if args.child:
         spec = next(s for s in SUITE if s.label == args.child)
         run_one(spec, args, json.loads(args.ceilings) or None)
@@ -133,6 +152,11 @@ def main() -> int:
               f"{ceil['fp16_flops'] / 1e12:.0f} TFLOP/s, fp32 {ceil['fp32_flops'] / 1e12:.1f} TFLOP/s", flush=True)
     suite = [s for s in SUITE if not args.only or s.label in args.only]
     frames, problems = [], []
+    t0 = time.time()
+    check, what = run_isolated(SELFCHECK, args, ceil, min(args.workload_timeout, args.budget / 4))
+    print(f"tensor-core self-check: {what} in {time.time() - t0:.0f} s", flush=True)
+    if check is None:
+        problems.append(("tensor-core self-check", what))
     for spec in suite:
         t0 = time.time()
         left = args.budget - (t0 - start)
@@ -140,7 +164,7 @@ def main() -> int:
             problems.append((spec.label, f"skipped: {left:.0f} s of the {args.budget:.0f} s budget left"))
             print(f"{spec.label}: {problems[-1][1]}", flush=True)
             continue
-        df, what = run_isolated(spec, args, ceil, min(args.workload_timeout, left - 10))
+        df, what = run_isolated(spec.label, args, ceil, min(args.workload_timeout, left - 10))
         if df is None:
             problems.append((spec.label, what))
         else:
@@ -157,11 +181,16 @@ def main() -> int:
         lines += [f"Ceilings: copy {ceil['bandwidth'] / 1e9:.0f} GB/s; cuBLAS fp16 {ceil['fp16_flops'] / 1e12:.0f} "
                   f"TFLOP/s; fp32 {ceil['fp32_flops'] / 1e12:.1f} TFLOP/s.", ""]
     lines += [markdown_table(table, cols) if len(table) else "(no results)", ""]
+    if check is not None and len(check):
+        lines += ["## Tensor-core self-check", "",
+                  markdown_table(check, ["template", "case", "ok", "max_err", "error"]), ""]
     lines += [f"- {label}: {what}" for label, what in problems]
     lines += ["", f"Wall time {time.time() - start:.0f} s."]
     (out / "gpu_suite.md").write_text("\n".join(lines))
     if len(table):
         print(table[cols].to_string(index=False))
+    if check is not None and len(check):
+        print(check[["template", "case", "ok", "max_err", "error"]].to_string(index=False))
     for label, what in problems:
         print(f"{label}: {what}")
     return 0

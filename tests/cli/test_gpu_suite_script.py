@@ -3,6 +3,7 @@ workload that times out or does not fit the budget is reported without losing th
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,12 +32,16 @@ def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None
     page = (out / "gpu_suite.md").read_text()
     assert page.startswith("# GPU suite on none (dry run)") and "| matmul_fp16_4096 | rule |" in page
     assert "matmul_fp16_4096: ok in" in proc.stdout and "row_sum_4096: ok in" in proc.stdout
+    # the tensor-core self-check ran first, in its own process (a dry run: one case per template, emulated)
+    assert "tensor-core self-check: ok in" in proc.stdout
+    assert "## Tensor-core self-check" in page
+    assert "| wgmma | nn_f16 | True |" in page and "| True | nn_f16 | True |" in page
 
 
 def test_a_workload_past_its_time_limit_is_reported_and_the_budget_is_kept(tmp_path: Path) -> None:
     proc, out = suite(tmp_path, "--only", "row_sum_4096", "softmax_4096", "--workload-timeout", "0.5")
     page = (out / "gpu_suite.md").read_text()
     assert "- row_sum_4096: timed out after 0.5 s" in page and "- softmax_4096: timed out after 0.5 s" in page
-    assert "(no results)" in page
+    assert "(no results)" in page and "- tensor-core self-check: timed out after 0.5 s" in page
     proc, out = suite(tmp_path, "--only", "row_sum_4096", "--budget", "10")
-    assert "row_sum_4096: skipped: 10 s of the 10 s budget left" in proc.stdout
+    assert re.search(r"row_sum_4096: skipped: \d+ s of the 10 s budget left", proc.stdout), proc.stdout
