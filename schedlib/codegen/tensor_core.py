@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from schedlib.codegen.cuda_expr import ExprPrinter, ctype, mangle
 from schedlib.codegen.kernel_writer import BLOCK_TAGS, STATIC_SMEM_LIMIT, SYMBOL_PREFIX, KernelSpec
@@ -29,7 +30,7 @@ from schedlib.codegen.layout import flatten
 from schedlib.codegen.mma_pattern import COPY_ELEMENTS, MmaPlan, Operand, plan
 from schedlib.errors import BuildError
 from schedlib.ir.expr import Const, Expr, Load, Var
-from schedlib.ir.func import Block, Func
+from schedlib.ir.func import Block, Buffer, Func
 from schedlib.ir.simplify import map_children, simplify, substitute
 
 MMA = {"float16": "sl_mma_m16n8k16_f16f32", "bfloat16": "sl_mma_m16n8k16_bf16f32"}
@@ -180,10 +181,11 @@ class TensorCoreWriter:
         self.close()
         self.close()
 
-    def _epilogue(self) -> None:
+    def _writeback_parts(self) -> tuple[Expr, Buffer, Expr]:
+        """The write-back's value (the accumulator element as ``sl_v``), output buffer and flat index, in
+        terms of ``sl_row`` / ``sl_col`` (and the block's batch element)."""
         p = self.plan
         wb = p.writeback
-        wm, wn = p.warp
         coords: dict[str, Expr] = {**self._batch(), p.m: Var("sl_row"), p.n: Var("sl_col")}
         axes = {w: coords[m] for w, m in p.wb_axes.items()}
         missing = [a.name for a in wb.axes if a.name not in axes]
@@ -195,9 +197,16 @@ class TensorCoreWriter:
                 return Var(ACC)
             return map_children(e, accumulator)
 
-        value = accumulator(substitute(wb.value, axes))
         out = self.func.buffer(wb.store)
-        target = flatten(out, tuple(substitute(i, axes) for i in wb.store_indices))
+        return (accumulator(substitute(wb.value, axes)), out,
+                flatten(out, tuple(substitute(i, axes) for i in wb.store_indices)))
+
+    def _epilogue(self, store: Callable[[str], str] | None = None) -> None:
+        """Every accumulator element through the write-back expression, stored by ``store(value)`` (default:
+        straight to its place in the output, under the bounds guard)."""
+        p = self.plan
+        wm, wn = p.warp
+        value, out, target = self._writeback_parts()
         self.loop("sl_mt", wm // 16)
         self.loop("sl_nt", wn // 8)
         self.loop("sl_e", 4)  # accumulator element e: row g + 8 * (e >> 1), column 2t + (e & 1)
@@ -205,7 +214,8 @@ class TensorCoreWriter:
         self.emit(f"const int sl_col = {self._origin(p.n)} + sl_wn + sl_nt * 8 + (sl_t << 1) + (sl_e & 1);")
         self.open(f"if (sl_row < {self._e(p.extent(p.m))} && sl_col < {self._e(p.extent(p.n))})")
         self.emit(f"const float {ACC} = sl_acc[sl_mt][sl_nt][sl_e];")
-        self.emit(f"{mangle(out.name)}[{self._e(target)}] = static_cast<{ctype(out.dtype)}>({self._e(value)});")
+        cast = f"static_cast<{ctype(out.dtype)}>({self._e(value)})"
+        self.emit(store(cast) if store else f"{mangle(out.name)}[{self._e(target)}] = {cast};")
         self.close()
         self.close()
         self.close()

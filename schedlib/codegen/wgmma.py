@@ -19,6 +19,10 @@ the registers the warps' mma lanes would hold, so the epilogue is the mma path's
   fewer than 3 stages it waits for its wgmmas every step instead.
 * cp.async and zero-fill stores write shared memory through the generic proxy and wgmma reads it through the
   async proxy: every thread fences (``fence.proxy.async``) after its copies land and before the barrier.
+* The epilogue is evaluated per accumulator element as on the mma path, but stored into the (now idle) ring's
+  shared memory and written out row by row in 16-byte chunks: one block fills an SM here, so its scattered
+  2- or 4-byte stores would not overlap any other block's work.  Outputs whose rows are not whole 16-byte
+  chunks (or whose last dimension is not the n axis) are stored directly instead.
 """
 
 from __future__ import annotations
@@ -30,12 +34,21 @@ from schedlib.codegen.kernel_writer import KernelSpec
 from schedlib.codegen.mma_pattern import Operand
 from schedlib.codegen.tensor_core import TensorCoreWriter
 from schedlib.errors import BuildError
+from schedlib.ir.dtype import BYTES
+from schedlib.ir.expr import Var, as_int
 from schedlib.ir.func import Block, Func
 
 WGMMA_N = (16, 32, 64, 128, 256)  # warp tile widths the wrappers in cuda_wgmma.cuh provide
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 62-63 per swizzle width in bytes
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 1024 bytes; slots start on that boundary
 ARCH = "sm_90a"
+STAGE_ROW_PAD = 16  # bytes after each staged output row: rows 8 apart land on other banks
+
+
+def staging_bytes(block_m: int, block_n: int) -> int:
+    """Shared memory the output tile is staged in, sized for fp32 outputs (the widest), so that the rule can
+    size the allocation without knowing the output type."""
+    return block_m * (block_n * 4 + STAGE_ROW_PAD)
 
 
 @dataclass(frozen=True)
@@ -177,8 +190,46 @@ class WgmmaWriter(TensorCoreWriter):
         self.close()
         if in_flight:
             self.emit("sl_wgmma_wait<0>();")
-        self._epilogue()
+        self.chunk = self._stage_chunk()
+        if self.chunk:
+            self._staged_epilogue(threads)
+        else:
+            self._epilogue()
         return self._assemble_wgmma(threads, smem)
+
+    def _stage_chunk(self) -> int | None:
+        """Output elements per 16-byte chunk when the tile can be written out in chunks (None: it cannot)."""
+        p = self.plan
+        out = self.func.buffer(p.writeback.store)
+        chunk = 16 // BYTES[out.dtype]
+        col = next((w for w, m in p.wb_axes.items() if m == p.n), None)
+        last = as_int(out.shape[-1])
+        if col is None or p.writeback.store_indices[-1] != Var(col) or last is None or last % chunk:
+            return None
+        return chunk
+
+    def _staged_epilogue(self, threads: int) -> None:
+        p = self.plan
+        _, out, target = self._writeback_parts()
+        bm, bn, ch = p.tile[p.m], p.tile[p.n], self.chunk
+        ld = bn + STAGE_ROW_PAD // BYTES[out.dtype]
+        om, on = self._origin(p.m), self._origin(p.n)
+        self.emit("__syncthreads();  // every warpgroup's wgmmas are done: the ring now stages the output tile")
+        self._epilogue(lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};")
+        self.emit("__syncthreads();")
+        chunks, per_row = bm * bn // ch, bn // ch
+        self.loop("sl_i", -(-chunks // threads))
+        self.emit(f"const int sl_c = sl_tid + sl_i * {threads};")
+        if chunks % threads:
+            self.open(f"if (sl_c < {chunks})")
+        self.emit(f"const int sl_r = sl_c / {per_row}, sl_q = sl_c % {per_row};")
+        self.emit(f"const int sl_row = {om} + sl_r, sl_col = {on} + sl_q * {ch};")
+        self.emit(f"if (sl_row < {self._e(p.extent(p.m))} && sl_col < {self._e(p.extent(p.n))}) "
+                  f"SL_VSTORE(uint4, {mangle(out.name)}, {self._e(target)}, "
+                  f"SL_VLOAD(uint4, sl_out_s, sl_r * {ld} + sl_q * {ch}));")
+        if chunks % threads:
+            self.close()
+        self.close()
 
     def _assemble_wgmma(self, threads: int, smem: dict[str, str]) -> tuple[str, KernelSpec]:
         p = self.plan
@@ -188,12 +239,17 @@ class WgmmaWriter(TensorCoreWriter):
                  f"const int sl_pad = ({ALIGN} - (int)(sl_smem_addr(&sl_smem[0]) & {ALIGN - 1})) & {ALIGN - 1};",
                  f"SL_SHARED_VIEW({t}, {smem['a']}, sl_smem, sl_pad, {sizes['a'] // 2});",
                  f"SL_SHARED_VIEW({t}, {smem['b']}, sl_smem, sl_pad + {sizes['a']}, {sizes['b'] // 2});"]
+        stage = staging_bytes(p.tile[p.m], p.tile[p.n])
+        if self.chunk:  # the output tile, over the ring once the mainloop is done
+            out = self.func.buffer(p.writeback.store)
+            decls.append(f"SL_SHARED_VIEW({ctype(out.dtype)}, sl_out_s, sl_smem, sl_pad, "
+                         f"{stage // BYTES[out.dtype]});")
         la, lb = self.layouts["a"], self.layouts["b"]
         comment = (f"wgmma (sm_90a): block {p.tile[p.m]}x{p.tile[p.n]}x{p.tile[p.k]}, "
                    f"{self.warps_m // 4 * self.warps_n} warpgroup(s) of 64x{p.warp[1]}, {p.stages}-stage cp.async, "
                    f"raster {p.raster}; A {'K' if la.k_major else 'M'}-major {la.width}B swizzle, "
                    f"B {'K' if lb.k_major else 'N'}-major {lb.width}B swizzle")
-        dynamic = sum(sizes.values()) + ALIGN
+        dynamic = max(sum(sizes.values()), stage) + ALIGN
         return self._finish(decls, comment, f"{threads}, 1", (threads, 1, 1), dynamic, 0)
 
 

@@ -29,6 +29,7 @@ WARPGROUP_ROWS = 64
 N_VALUES = (16, 32, 64, 128, 256)  # wgmma N = warp tile width = 4 * thread_n
 BLOCK_K = (16, 32, 64)
 ALIGN = 1024  # ring slots start on 1 KiB (128-byte swizzle) boundaries; the allocation carries 1 KiB of slack
+STAGE_ROW_PAD = 16  # codegen stages the output tile in shared memory, rows padded by 16 bytes (fp32: widest)
 REGISTER_OVERHEAD = 48  # descriptors, copy indices, loop counters (per thread)
 EXCLUSIVE = {"block_n": (256,), "block_k": (64,), "thread_n": (32, 64)}  # knob values only wgmma configs take
 
@@ -39,9 +40,11 @@ def available(target: HardwareProfile) -> bool:
 
 
 def shared_bytes(c: Config, in_bytes: int) -> int:
-    """The dynamic allocation: each operand's slots rounded to 1 KiB, times the stages, plus alignment slack."""
+    """The dynamic allocation: each operand's slots rounded to 1 KiB times the stages, or the output tile staged
+    over them after the mainloop if that is larger, plus alignment slack."""
     slot = sum(-(-rows * c["block_k"] * in_bytes // ALIGN) * ALIGN for rows in (c["block_m"], c["block_n"]))
-    return c["stages"] * slot + ALIGN
+    staged = c["block_m"] * (c["block_n"] * 4 + STAGE_ROW_PAD)  # as codegen.wgmma.staging_bytes
+    return max(c["stages"] * slot, staged) + ALIGN
 
 
 def registers(c: Config) -> int:

@@ -131,6 +131,8 @@ CASES = [
          wg(64, 64, 32, 16, 2, raster=4)),  # 5 x 2 blocks of 4 warpgroup columns of 16: a partial raster group
     Case("f16-batch2-symM", mm(M, 128, 64, "float16", batch=2, epilogue="bias_relu"), wg(64, 128, 32, 128, 2),
          ({"M": 1}, {"M": 70})),
+    # rows of 100 halves are not whole 16-byte chunks: the output is stored straight from registers
+    Case("f16-nt-N100-direct", mm(96, 100, 64, "float16", trans_b=True), wg(64, 64, 32, 64, 2)),
 ]
 
 
@@ -141,6 +143,8 @@ def test_wgmma_kernel_matches_numpy_and_fits_the_gpu(case: Case, rng: np.random.
     assert config["tensor_core"] == "wgmma", config
     kernel = check_schedule(f, MATMUL.apply(f, "h100", config), rng, sizes=case.sizes, archs=("sm_90",))
     assert "sl_wgmma_n" in kernel.source and "sl_cp_async_16" in kernel.source and kernel.arch == "sm_90a"
+    # the output tile goes out through shared memory in 16-byte chunks where its rows are whole chunks
+    assert ("sl_out_s" in kernel.source) == ("direct" not in case.id), case.id
 
 
 def test_a_pipeline_that_refills_slots_in_use_is_caught(rng: np.random.Generator) -> None:
