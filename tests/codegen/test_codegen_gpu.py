@@ -164,3 +164,13 @@ def test_torch_output_tensor_is_written_in_place(cupy: Any, torch_cuda: Any, rng
     k(torch_cuda.from_numpy(X).cuda(), out)
     torch_cuda.cuda.synchronize()
     np.testing.assert_array_equal(out.cpu().numpy(), X.T)
+
+
+def test_tensor_core_templates_on_gpu(cupy: Any) -> None:
+    """Every tensor-core template this GPU has (wgmma on Hopper, mma.sync on sm_80+), every operand layout, fp16
+    and bf16: the same self-check the GPU suite runs first."""
+    df = sl.report.tensor_core_selfcheck(sl.hw.detect(), backend="gpu")
+    ran = df[~df["error"].str.startswith("not available")]
+    if ran.empty:
+        pytest.skip(f"this GPU has no tensor-core matmul template: {df['error'].iloc[0]}")
+    assert ran["ok"].all(), ran[["template", "case", "max_err", "error"]].to_string()
