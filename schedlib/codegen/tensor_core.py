@@ -108,17 +108,25 @@ class TensorCoreWriter:
         index[op.rows], index[op.cols] = Var("sl_gr"), Var("sl_gc")
         src = flatten(op.source, tuple(index[r] for r in op.roles))
         limit_r, limit_c = op.source.shape[-2], op.source.shape[-1]
-        self.loop("sl_i", -(-chunks // threads))
-        self.emit(f"const int sl_c = sl_tid + sl_i * {threads};")
-        if chunks % threads:
-            self.open(f"if (sl_c < {chunks})")
-        self.emit(f"const int sl_r = sl_c / {per_row}, sl_q = sl_c % {per_row};")
+        self.open_chunks(chunks, per_row, threads)
         self.emit(f"const int sl_gr = {self._origin(op.rows)} + sl_r, sl_gc = {self._origin(op.cols)} + sl_q * 8;")
         for line in self._chunk_offset(op):
             self.emit(line)
         self.emit(f"if (sl_gr < {self._e(limit_r)} && sl_gc < {self._e(limit_c)}) "
                   f"sl_cp_async_16(&{smem}[sl_dst], &{mangle(op.source.name)}[{self._e(src)}]);")
         self.emit(f"else SL_VSTORE(uint4, {smem}, sl_dst, make_uint4(0u, 0u, 0u, 0u));")
+        self.close_chunks(chunks, threads)
+
+    def open_chunks(self, chunks: int, per_row: int, threads: int) -> None:
+        """A block-wide loop over ``chunks`` 16-byte chunks of a tile ``per_row`` chunks wide: chunk ``sl_c``,
+        at row ``sl_r`` and chunk ``sl_q`` of its row (guarded when the threads do not divide the chunks)."""
+        self.loop("sl_i", -(-chunks // threads))
+        self.emit(f"const int sl_c = sl_tid + sl_i * {threads};")
+        if chunks % threads:
+            self.open(f"if (sl_c < {chunks})")
+        self.emit(f"const int sl_r = sl_c / {per_row}, sl_q = sl_c % {per_row};")
+
+    def close_chunks(self, chunks: int, threads: int) -> None:
         if chunks % threads:
             self.close()
         self.close()

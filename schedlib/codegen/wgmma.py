@@ -218,18 +218,12 @@ class WgmmaWriter(TensorCoreWriter):
         self._epilogue(lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};")
         self.emit("__syncthreads();")
         chunks, per_row = bm * bn // ch, bn // ch
-        self.loop("sl_i", -(-chunks // threads))
-        self.emit(f"const int sl_c = sl_tid + sl_i * {threads};")
-        if chunks % threads:
-            self.open(f"if (sl_c < {chunks})")
-        self.emit(f"const int sl_r = sl_c / {per_row}, sl_q = sl_c % {per_row};")
+        self.open_chunks(chunks, per_row, threads)
         self.emit(f"const int sl_row = {om} + sl_r, sl_col = {on} + sl_q * {ch};")
         self.emit(f"if (sl_row < {self._e(p.extent(p.m))} && sl_col < {self._e(p.extent(p.n))}) "
                   f"SL_VSTORE(uint4, {mangle(out.name)}, {self._e(target)}, "
                   f"SL_VLOAD(uint4, sl_out_s, sl_r * {ld} + sl_q * {ch}));")
-        if chunks % threads:
-            self.close()
-        self.close()
+        self.close_chunks(chunks, threads)
 
     def _assemble_wgmma(self, threads: int, smem: dict[str, str]) -> tuple[str, KernelSpec]:
         p = self.plan
