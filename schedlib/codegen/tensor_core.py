@@ -157,6 +157,15 @@ class TensorCoreWriter:
         self.emit(f"sl_ldmatrix_x4{suffix}({dst}, &{smem}[sl_stage * {rows * cols} + ({row}) * {cols} + "
                   f"((({chunk}) ^ {swizzled}) << 3)]);")
 
+    def _fragment_rows(self, op: Operand, first: str, mn_bit: str, k_bit: str) -> tuple[str, str, str]:
+        """(row, 16-byte chunk, ldmatrix suffix) this lane addresses for one ldmatrix.x4 of ``op``: 16 rows of
+        m or n from ``first`` by the k16 step; ``mn_bit`` / ``k_bit`` are the bits of the lane's matrix index
+        that pick the upper 8 of those rows and the upper k half.  An operand stored with k contiguous is
+        read row by row; one stored K x M (or K x N) has k rows and is transposed on load."""
+        if op.cols == self.plan.k:
+            return f"{first} + sl_lr + ({mn_bit} << 3)", f"sl_ks * 2 + {k_bit}", ""
+        return f"sl_ks * 16 + sl_lr + ({k_bit} << 3)", f"(({first}) >> 3) + {mn_bit}", "_trans"
+
     def _fragments(self, smem: dict[str, str]) -> None:
         """One k16 step: A fragments of every m16 tile, then B two n8 tiles at a time, and the mmas."""
         p = self.plan
@@ -167,21 +176,13 @@ class TensorCoreWriter:
         # A (m16 x k16): q&1 selects rows 8..15 of m, q>>1 the k half.  B pair: q&1 the k half, q>>1 the n8 tile.
         self.emit(f"unsigned sl_a[{mt}][4];")
         self.loop("sl_mt", mt)
-        if a.cols == p.k:  # A stored M x K: rows are m
-            row, chunk, fn = "sl_wm + sl_mt * 16 + sl_lr + ((sl_lq & 1) << 3)", "sl_ks * 2 + (sl_lq >> 1)", ""
-        else:  # A stored K x M: rows are k, transposed on load
-            row, fn = "sl_ks * 16 + sl_lr + ((sl_lq >> 1) << 3)", "_trans"
-            chunk = "((sl_wm + sl_mt * 16) >> 3) + (sl_lq & 1)"
-        self._ldmatrix("sl_a[sl_mt]", smem["a"], a, row, chunk, fn, "sl_swa")
+        self._ldmatrix("sl_a[sl_mt]", smem["a"], a, *self._fragment_rows(a, "sl_wm + sl_mt * 16", "(sl_lq & 1)",
+                                                                         "(sl_lq >> 1)"), "sl_swa")
         self.close()
         self.loop("sl_np", nt // 2)
         self.emit("unsigned sl_b[4];")
-        if b.cols == p.k:  # B stored N x K: rows are n
-            row, chunk, fn = "sl_wn + sl_np * 16 + sl_lr + ((sl_lq >> 1) << 3)", "sl_ks * 2 + (sl_lq & 1)", ""
-        else:  # B stored K x N: rows are k, transposed on load
-            row, fn = "sl_ks * 16 + sl_lr + ((sl_lq & 1) << 3)", "_trans"
-            chunk = "((sl_wn + sl_np * 16) >> 3) + (sl_lq >> 1)"
-        self._ldmatrix("sl_b", smem["b"], b, row, chunk, fn, "sl_swb")
+        self._ldmatrix("sl_b", smem["b"], b, *self._fragment_rows(b, "sl_wn + sl_np * 16", "(sl_lq >> 1)",
+                                                                  "(sl_lq & 1)"), "sl_swb")
         self.loop("sl_mt", mt)
         for half in (0, 1):
             acc = f"sl_acc[sl_mt][sl_np * 2 + {half}]"
