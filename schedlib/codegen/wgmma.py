@@ -31,9 +31,8 @@ from dataclasses import dataclass
 
 from schedlib.codegen.cuda_expr import ctype, mangle
 from schedlib.codegen.kernel_writer import KernelSpec
-from schedlib.codegen.mma_pattern import Operand
+from schedlib.codegen.mma_pattern import Operand, fail
 from schedlib.codegen.tensor_core import TensorCoreWriter
-from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Var, as_int
 from schedlib.ir.func import Block, Func
@@ -89,7 +88,7 @@ class WgmmaWriter(TensorCoreWriter):
         self.layouts = {"a": self._layout(p.a, 64), "b": self._layout(p.b, wn)}
 
     def _fail(self, why: str) -> None:
-        raise BuildError(f"block {self.plan.main.name} is annotated tensor_core='wgmma', but {why}")
+        fail(self.plan.main, why)  # "block B is annotated tensor_core='wgmma', but <why>"
 
     def _layout(self, op: Operand, group_extent: int) -> SharedLayout:
         """K-major when the operand's contiguous dimension is k; else MN-major atoms as wide as the warpgroup's

@@ -6,9 +6,10 @@ applied in registers before the single store.  ``tensor_core=True`` selects the 
 :mod:`schedlib.rules.matmul_tc` (fp16/bf16 on sm_80+), which adds the ``stages`` and ``raster`` knobs;
 ``tensor_core="wgmma"`` the Hopper warpgroup-MMA variant of it (:mod:`schedlib.rules.matmul_wgmma`, sm_90a).
 
-One space holds both templates.  A knob that only one of them reads (``vector`` for SIMT; ``stages`` and
-``raster`` for tensor cores) sits at its first value in the other, so no two legal points build the same
-kernel; the thread tile means the accumulators per thread on both.  Where the tensor-core path cannot exist
+One space holds all three templates.  A knob value only some of them read (``vector`` for SIMT; ``stages`` and
+``raster`` for tensor cores; ``block_n=256``, ``block_k=64`` and ``thread_n`` 32/64 for wgmma) is refused in
+the others, so no two legal points build the same kernel; the thread tile means the accumulators per thread
+in all of them.  Where the tensor-core path cannot exist
 (fp32, a GPU without mma.m16n8k16) its knobs have that single value; where only the operand layout rules it
 out (rows not 16-byte aligned), ``tensor_core=True`` stays listed and ``check`` says why it is illegal.
 """
@@ -181,7 +182,8 @@ class MatmulRule(Rule):
     def template_default(self, func: Func, target: Any, template: bool | str | None) -> Config:
         """The default of one template (``tensor_core`` value ``False``, ``True`` or ``"wgmma"``; None: the
         fastest the space has).  A template the space lacks is a ValueError naming the values it has."""
-        values = self.space(func, target).knob("tensor_core").values
+        space = self.space(func, target)
+        values = space.knob("tensor_core").values
         if template is not None and template not in values:
             raise ValueError(f"tensor_core={template!r} is not in this matmul's space (it has {list(values)})")
         wanted = [v for v in (wg.INSTRUCTION, True, False) if v in values and (template is None or v == template)]
@@ -197,14 +199,11 @@ class MatmulRule(Rule):
                 bm //= 2
             else:
                 bn //= 2
-        space = self.space(func, target)
-        if wg.INSTRUCTION in wanted:
-            config = wg.default(facts, target, (bm, bn))
-            for candidate in (config, {**config, "raster": 1}):
-                if space.is_legal(candidate):
-                    return candidate
-        if True in wanted:
-            config = tc.default(facts, target, (bm, bn))
+        sizing = {wg.INSTRUCTION: wg.default, True: tc.default}  # the tensor-core templates' own sizing
+        for value in wanted:
+            if value is False:
+                continue
+            config = sizing[value](facts, target, (bm, bn))
             for candidate in (config, {**config, "raster": 1}):
                 if space.is_legal(candidate):
                     return candidate

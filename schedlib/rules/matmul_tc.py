@@ -155,7 +155,8 @@ def default(facts: Any, target: HardwareProfile, tile: tuple[int, int]) -> Confi
     stages = max([s for s in STAGES if s * per_stage <= target.shared_memory_per_block and s <= k_steps] or [1])
     config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": wm // 8, "thread_n": wn // 4, "vector": 1,
               "split_k": 1, "stages": stages, "tensor_core": True, "raster": 1}
-    config["raster"] = raster_for(config, facts, target, _blocks_per_sm(config, facts, target))
+    resident = blocks_per_sm(config, target, registers(config), shared_bytes(config, facts.in_bytes))
+    config["raster"] = raster_for(config, facts, target, resident)
     return config
 
 
@@ -167,11 +168,12 @@ def raster_for(c: Config, facts: Any, target: HardwareProfile, blocks_per_sm: in
     return min(RASTER, key=lambda g: _wave_patch(g, wave, rows, cols))
 
 
-def _blocks_per_sm(c: Config, facts: Any, target: HardwareProfile) -> int:
-    """Resident blocks of a config per SM, by threads, registers and shared memory (the profile's rules)."""
+def blocks_per_sm(c: Config, target: HardwareProfile, regs: int, smem: int) -> int:
+    """Resident blocks of a tensor-core config per SM, by threads, ``regs`` registers per thread and ``smem``
+    bytes of shared memory per block (the profile's rules); both templates run (bm/tm) x (bn/tn) threads."""
     threads = (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"])
-    by_regs = target.registers_per_sm // (threads // target.warp_size * target.registers_per_warp(registers(c)))
-    by_smem = target.shared_memory_per_sm // target.shared_allocation(shared_bytes(c, facts.in_bytes))
+    by_regs = target.registers_per_sm // (threads // target.warp_size * target.registers_per_warp(regs))
+    by_smem = target.shared_memory_per_sm // target.shared_allocation(smem)
     return max(1, min(by_regs, by_smem, target.max_threads_per_sm // threads, target.max_blocks_per_sm))
 
 

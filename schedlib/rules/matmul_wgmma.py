@@ -89,12 +89,11 @@ def check(c: Config, facts: Any, target: HardwareProfile) -> str | None:
 def default(facts: Any, target: HardwareProfile, tile: tuple[int, int]) -> Config:
     """Two warpgroups of 64 x block_n over a 128-row tile, 64-wide k steps (128-byte rows), and the deepest
     ring the opt-in shared memory holds (at most 4): 128x256x64 in 4 stages on a large problem.  Smaller
-    problems keep the SIMT/mma sizing of ``tile`` (columns at least 64, rows a multiple of 64)."""
-    bm, bn = tile
+    problems take 64 rows, and the columns of ``tile`` (the SIMT/mma sizing, at least 64)."""
     m = const_or(facts.extents[facts.m], 4096)
     n = const_or(facts.extents[facts.n], 4096)
     bm = 128 if m > 64 else 64
-    bn = 256 if bn >= 128 and n >= 4096 else max(64, bn)
+    bn = 256 if tile[1] >= 128 and n >= 4096 else max(64, tile[1])
     k = const_or(facts.extents[facts.k], 4096)
     bk = 64 if k >= 64 else 32 if k >= 32 else 16
     config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": 2, "thread_n": bn // 4, "vector": 1,
@@ -103,15 +102,9 @@ def default(facts: Any, target: HardwareProfile, tile: tuple[int, int]) -> Confi
     k_steps = -(-k // bk)
     config["stages"] = max([s for s in tc.STAGES if shared_bytes({**config, "stages": s}, facts.in_bytes) <= limit
                             and s <= k_steps] or [1])
-    config["raster"] = tc.raster_for(config, facts, target, _blocks_per_sm(config, facts, target))
+    resident = tc.blocks_per_sm(config, target, registers(config), shared_bytes(config, facts.in_bytes))
+    config["raster"] = tc.raster_for(config, facts, target, resident)
     return config
-
-
-def _blocks_per_sm(c: Config, facts: Any, target: HardwareProfile) -> int:
-    threads = (c["block_m"] // 16) * (c["block_n"] // (4 * c["thread_n"])) * 32
-    by_regs = target.registers_per_sm // (threads // target.warp_size * target.registers_per_warp(registers(c)))
-    by_smem = target.shared_memory_per_sm // target.shared_allocation(shared_bytes(c, facts.in_bytes))
-    return max(1, min(by_regs, by_smem, target.max_threads_per_sm // threads, target.max_blocks_per_sm))
 
 
 def tiling(facts: Any, config: Config) -> Tiling:

@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from schedlib.cache import content_hash
-from schedlib.codegen.module import required_arch
 from schedlib.errors import BuildError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.reference import bind_symbols, evaluate_int
@@ -57,11 +56,11 @@ def to_device(cp: Any, x: Any, name: str) -> Any:
     raise ShapeError(f"argument {name} ({type(x).__name__}) is not a device array")
 
 
-def module_for(cp: Any, source: str) -> Any:
+def module_for(cp: Any, source: str, arch: str | None = None) -> Any:
+    """The loaded module of ``source``; ``arch``: the one architecture it builds for (None: cupy's JIT)."""
     key = content_hash(source)
     mod = _MODULES.get(key)
     if mod is None:
-        arch = required_arch(source)
         if arch is None:
             mod = cp.RawModule(code=source, options=("-std=c++17",))
         else:  # cupy's JIT builds for the device's plain architecture (sm_90), which has no wgmma
@@ -111,7 +110,7 @@ def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
     for buf in kernel.module.scratch:
         shape = tuple(evaluate_int(d, symbols) for d in buf.shape)
         args[buf.name] = cp.empty(shape, dtype=cp.uint16 if buf.dtype == "bfloat16" else numpy_dtype(buf.dtype))
-    module = module_for(cp, kernel.source)
+    module = module_for(cp, kernel.source, kernel.module.arch)
     for spec in kernel.launch:
         fn = module.get_function(spec.name)
         if spec.dynamic_smem > STATIC_SMEM_LIMIT:

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from schedlib.codegen import CudaModule, generate
-from schedlib.codegen.module import required_arch
 from schedlib.errors import BuildError, CompileError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.expr import Expr
@@ -123,7 +122,7 @@ class Kernel:
         return compile_check(self.source, self._arch_for(arch or self.arch))
 
     def _arch_for(self, arch: str) -> str:
-        need = required_arch(self.source)
+        need = self.module.arch
         if need is None or arch == need:
             return arch
         if arch == need.rstrip("a"):
@@ -166,7 +165,7 @@ def build(schedule: Any, target: Any = "h100") -> Kernel:
         raise BuildError(f"build needs a Schedule or Func, got {type(schedule).__name__}")
     arch, profile = _arch(target)
     module = generate(func)
-    return Kernel(module, required_arch(module.source) or arch, profile)
+    return Kernel(module, module.arch or arch, profile)
 
 
 def _arch(target: Any) -> tuple[str, Any]:

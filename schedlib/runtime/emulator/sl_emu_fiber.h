@@ -8,7 +8,7 @@
 // Errors raised inside a fiber (bounds, deadlock) switch straight back to the block's scheduler;
 // the abandoned fibers own no resources, their stacks are simply reused. A canary word at the
 // bottom of each stack is checked when the fiber exits (stack overflow is then reported), and so is
-// the fiber's cp.async queue: a thread that exits with copies in flight is reported (sl_emu_warp.h).
+// the fiber's cp.async and wgmma queues: a thread that exits with work in flight is reported.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -220,18 +220,23 @@ inline std::string block_str(const BlockCtx& b) {
   __builtin_unreachable();
 }
 
-// Report an error raised by the running thread, prefixed with kernel, block and thread.
-[[noreturn]] inline void fail(const std::string& what) {
-  BlockCtx* b = sl_emu_tls_block;
-  Fiber* f = sl_emu_tls_fiber;
+// Report an error of thread f, prefixed with kernel, block and thread.
+[[noreturn]] inline void fail_thread(BlockCtx* b, Fiber* f, const std::string& what) {
   fail_block(b, f, "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) + " thread " +
                        thread_str(*f) + ": " + what);
 }
 
+// Report an error raised by the running thread.
+[[noreturn]] inline void fail(const std::string& what) { fail_thread(sl_emu_tls_block, sl_emu_tls_fiber, what); }
+
 [[noreturn]] __attribute__((noinline, cold)) inline void stack_overflow(BlockCtx* b, Fiber* f) {
-  fail_block(b, f, "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) + " thread " +
-                       thread_str(*f) + ": fiber stack overflow; raise SCHEDLIB_EMU_STACK_KB");
+  fail_thread(b, f, "fiber stack overflow; raise SCHEDLIB_EMU_STACK_KB");
 }
+
+// A thread exiting with asynchronous work in flight is an error; the reports live beside the operations
+// (cp.async in sl_emu_warp.h, wgmma in sl_emu_wgmma.h).
+[[noreturn]] inline void cp_async_pending_at_exit(BlockCtx* b, Fiber* f);
+[[noreturn]] inline void wgmma_pending_at_exit(BlockCtx* b, Fiber* f);
 
 inline void check_stack(BlockCtx* b, Fiber* f) {
   if (__builtin_expect(*f->canary != kCanary, 0)) stack_overflow(b, f);
@@ -324,46 +329,10 @@ inline const unsigned char* warp_exchange(const void* mine, size_t bytes) {
   return buf;
 }
 
-// "shared buffer 'As' at byte 48" (bounds mode registers the block's shared buffers) or the address.
-inline std::string shared_place(const BlockCtx& b, const unsigned char* p) {
-  for (int i = 0; i < b.nshared; ++i) {
-    const Range& r = b.shared[i];
-    if (r.lo <= p && p < r.lo + r.bytes)
-      return "shared buffer '" + std::string(r.name) + "' at byte " + std::to_string(p - r.lo);
-  }
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "shared address %p", static_cast<const void*>(p));
-  return buf;
-}
-
-// A thread may not exit with cp.async copies in flight: only its own wait_group can make them
-// visible, so no thread was entitled to read that data, and a copy nobody may read is a missing
-// wait (or dead work that still races with whatever reuses the shared memory). Pending empty
-// groups are fine: the PTX ISA calls an empty cp.async-group trivially complete.
-[[noreturn]] __attribute__((noinline, cold)) inline void cp_async_pending_at_exit(BlockCtx* b, Fiber* f) {
-  size_t uncommitted = 0;
-  for (const CpAsync& c : f->cp_pending) uncommitted += c.group == f->cp_commits;
-  const size_t n = f->cp_pending.size(), committed = n - uncommitted;
-  std::string what;
-  if (committed) what += std::to_string(committed) + " in committed groups never waited for";
-  if (uncommitted) what += std::string(committed ? ", " : "") + std::to_string(uncommitted) + " never committed";
-  fail_block(b, f, "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) + " thread " + thread_str(*f) +
-                       ": exits with " + std::to_string(n) + " cp.async cop" + (n == 1 ? "y" : "ies") +
-                       " still pending (" + what + "; oldest: 16 bytes into " +
-                       shared_place(*b, f->cp_pending.front().dst) +
-                       "): every cp.async must be committed (sl_cp_async_commit) and waited for "
-                       "(sl_cp_async_wait<N>) before the thread exits; on the GPU these copies were never "
-                       "made visible to any thread");
-}
-
 [[noreturn]] inline void fiber_exit(BlockCtx* b, Fiber* f) {
   check_stack(b, f);
   if (__builtin_expect(!f->cp_pending.empty(), 0)) cp_async_pending_at_exit(b, f);
-  if (__builtin_expect(!f->wg_pending.empty(), 0))
-    fail_block(b, f, "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) + " thread " + thread_str(*f) +
-                         ": exits with " + std::to_string(f->wg_pending.size()) + " wgmma.mma_async operation(s) "
-                         "never completed: commit them (sl_wgmma_commit) and wait (sl_wgmma_wait<N>) before the "
-                         "accumulators are read");
+  if (__builtin_expect(!f->wg_pending.empty(), 0)) wgmma_pending_at_exit(b, f);
   f->state = kExited;
   ++b->exited;
   if (b->qhead != b->qtail) {

@@ -230,6 +230,37 @@ inline void sl_ldmatrix_x2_trans(unsigned r[2], const void* p) {
 // even later than a synchronous copy would; only the barrier before the refill guards against it.
 namespace sl_emu {
 
+// "shared buffer 'As' at byte 48" (bounds mode registers the block's shared buffers) or the address.
+inline std::string shared_place(const BlockCtx& b, const unsigned char* p) {
+  for (int i = 0; i < b.nshared; ++i) {
+    const Range& r = b.shared[i];
+    if (r.lo <= p && p < r.lo + r.bytes)
+      return "shared buffer '" + std::string(r.name) + "' at byte " + std::to_string(p - r.lo);
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "shared address %p", static_cast<const void*>(p));
+  return buf;
+}
+
+// A thread may not exit with cp.async copies in flight: only its own wait_group can make them
+// visible, so no thread was entitled to read that data, and a copy nobody may read is a missing
+// wait (or dead work that still races with whatever reuses the shared memory). Pending empty
+// groups are fine: the PTX ISA calls an empty cp.async-group trivially complete.
+[[noreturn]] __attribute__((noinline, cold)) inline void cp_async_pending_at_exit(BlockCtx* b, Fiber* f) {
+  size_t uncommitted = 0;
+  for (const CpAsync& c : f->cp_pending) uncommitted += c.group == f->cp_commits;
+  const size_t n = f->cp_pending.size(), committed = n - uncommitted;
+  std::string what;
+  if (committed) what += std::to_string(committed) + " in committed groups never waited for";
+  if (uncommitted) what += std::string(committed ? ", " : "") + std::to_string(uncommitted) + " never committed";
+  fail_thread(b, f, "exits with " + std::to_string(n) + " cp.async cop" + (n == 1 ? "y" : "ies") +
+                       " still pending (" + what + "; oldest: 16 bytes into " +
+                       shared_place(*b, f->cp_pending.front().dst) +
+                       "): every cp.async must be committed (sl_cp_async_commit) and waited for "
+                       "(sl_cp_async_wait<N>) before the thread exits; on the GPU these copies were never "
+                       "made visible to any thread");
+}
+
 // A correct kernel has at most one copy in flight per 16 bytes of shared memory (PTX: copies that
 // are not ordered by a wait, same group or not, to one location are undefined), and the GPU has at
 // most 227 KiB of it; more pending copies is a bug, and the cap keeps the queue bounded.

@@ -137,6 +137,13 @@ inline void wgmma_complete_before(Fiber* f, unsigned long long group) {
   if (n) q.erase(q.begin(), q.begin() + static_cast<ptrdiff_t>(n));
 }
 
+// Like cp.async (sl_emu_warp.h): an operation no wait completed was never performed on the GPU either.
+[[noreturn]] __attribute__((noinline, cold)) inline void wgmma_pending_at_exit(BlockCtx* b, Fiber* f) {
+  fail_thread(b, f, "exits with " + std::to_string(f->wg_pending.size()) + " wgmma.mma_async operation(s) "
+                    "never completed: commit them (sl_wgmma_commit) and wait (sl_wgmma_wait<N>) before the "
+                    "accumulators are read");
+}
+
 }  // namespace sl_emu
 
 inline unsigned sl_smem_addr(const void* p) { return ::sl_emu::smem_addr(p); }
