@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 
-from schedlib.errors import BuildError
+from schedlib.errors import BuildError, ShapeError
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Const, Expr, as_int
-from schedlib.ir.func import Buffer
-from schedlib.ir.simplify import simplify
+from schedlib.ir.func import Buffer, Func
+from schedlib.ir.reference import evaluate_int
+from schedlib.ir.simplify import free_vars, simplify
+
+# Generated kernels compute global offsets in 32-bit ``int`` (the fast path for address arithmetic on the
+# GPU), so every global buffer must have fewer elements than this.
+INDEX_LIMIT = 2**31
 
 
 def strides(buf: Buffer) -> list[Expr]:
@@ -48,3 +54,37 @@ def flatten(buf: Buffer, indices: Sequence[Expr]) -> Expr:
     for idx, st in zip(indices, strides(buf)):
         total = total + idx * st
     return simplify(total)
+
+
+def check_index_range(func: Func, symbols: Mapping[str, int] | None = None) -> None:
+    """Refuse a global buffer of :data:`INDEX_LIMIT` elements or more, whose 32-bit offsets would overflow
+    (undefined behaviour, silently wrong addresses).  Without ``symbols`` only constant sizes are checked;
+    the runtime checks again once the symbolic dimensions are bound."""
+    for buf in func.buffers:
+        if buf.scope != "global":
+            continue
+        n = _exact_elements(buf, symbols or {})
+        if n is not None and n >= INDEX_LIMIT:
+            bound = "" if symbols is None else f" with {dict(symbols)}"
+            raise ShapeError(
+                f"{func.name}: buffer {buf.name} of shape {list(_dims(buf, symbols))}{bound} has {n:,} elements; "
+                f"generated kernels index with 32-bit offsets, so a buffer must have fewer than 2^31 "
+                f"({INDEX_LIMIT:,}); split the computation (for example by rows or batch)")
+
+
+def _exact_elements(buf: Buffer, symbols: Mapping[str, int]) -> int | None:
+    """Elements of ``buf`` in Python ints (``evaluate_int`` wraps at 32 bits, as the kernel would), or None
+    while a dimension is unbound.  Padding needs constant inner dimensions, so the outer stride is either a
+    constant or the plain product of the inner dimensions."""
+    if not buf.shape:
+        return 1
+    if any(not free_vars(d) <= set(symbols) for d in buf.shape):
+        return None
+    dims = [evaluate_int(d, symbols) for d in buf.shape]
+    outer = as_int(strides(buf)[0])
+    return dims[0] * (outer if outer is not None else math.prod(dims[1:]))
+
+
+def _dims(buf: Buffer, symbols: Mapping[str, int] | None) -> list[int | str]:
+    return [evaluate_int(d, symbols) if symbols is not None else (as_int(d) if as_int(d) is not None else str(d))
+            for d in buf.shape]

@@ -7,6 +7,7 @@ from importlib import resources
 
 from schedlib.codegen.cuda_expr import HELPERS
 from schedlib.codegen.kernel_writer import KernelSpec, KernelWriter
+from schedlib.codegen.layout import check_index_range
 from schedlib.codegen.tensor_core import TensorCoreWriter, is_tensor_core_root
 from schedlib.codegen.wgmma import ARCH as WGMMA_ARCH
 from schedlib.codegen.wgmma import WgmmaWriter, uses_wgmma
@@ -39,6 +40,7 @@ def generate(func: Func) -> CudaModule:
     """Generate CUDA C for ``func`` (scheduled or not; unbound funcs run in a single thread)."""
     if not isinstance(func, Func):
         raise BuildError(f"generate needs a Func, got {type(func).__name__}")
+    check_index_range(func)
     scratch = tuple(b for b in func.buffers
                     if b.scope == "global" and b.name not in func.inputs and b.name not in func.outputs)
     names = {b.name for b in scratch}

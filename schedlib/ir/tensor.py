@@ -89,6 +89,8 @@ def _shape(shape: Sequence[ExprLike] | ExprLike, what: str) -> tuple[Expr, ...]:
             raise IRError(f"{what}: dimension {d!r} must be an int or sl.var, got {e.dtype}")
         if isinstance(e, Const) and int(e.value) < 1:
             raise IRError(f"{what}: dimension {d!r} must be >= 1")
+        if isinstance(e, Const) and int(e.value) >= 2**31:
+            raise IRError(f"{what}: dimension {d!r} does not fit the 32-bit index type (must be < 2^31)")
         out.append(e)
     return tuple(out)
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from schedlib.cache import content_hash
+from schedlib.codegen.layout import check_index_range
 from schedlib.errors import BuildError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.reference import bind_symbols, evaluate_int
@@ -92,6 +93,7 @@ def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
             arrays[i] = cp.array(a, copy=True)  # vector loads need 16-byte alignment
     inputs, outputs = kernel._split_args(arrays)
     symbols = bind_symbols(func, inputs)
+    check_index_range(func, symbols)
     args: dict[str, Any] = {}
     for name, arr in inputs.items():
         args[name] = _device_bf16(cp, arr) if func.buffer(name).dtype == "bfloat16" else cp.ascontiguousarray(arr)

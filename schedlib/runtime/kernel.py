@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from schedlib.codegen import CudaModule, generate
+from schedlib.codegen.layout import check_index_range
 from schedlib.errors import BuildError, CompileError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.expr import Expr
@@ -88,6 +89,7 @@ class Kernel:
         inputs, outputs = self._split_args(arrays)
         inputs = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
         symbols = bind_symbols(self.func, inputs)
+        check_index_range(self.func, symbols)
         if outputs is None:
             outputs = {n: np.full(s, np.nan if numpy_dtype(self.func.buffer(n).dtype).kind == "f" else 0,
                                   dtype=numpy_dtype(self.func.buffer(n).dtype))

@@ -259,3 +259,26 @@ def test_call_without_cupy_points_at_run_cpu(monkeypatch: pytest.MonkeyPatch, ma
     with pytest.raises(sl.BuildError, match=r"needs cupy") as info:
         matmul_kernel(A, B)
     assert "run_cpu" in str(info.value)
+
+
+def test_a_buffer_of_2_to_the_31_elements_is_refused_not_miscompiled() -> None:
+    # 32-bit offsets would overflow from row 32768 on: undefined behaviour, silently wrong addresses
+    sch = sl.rules.apply_default(sl.workloads.matmul(65536, 65536, 64), "h100")
+    with pytest.raises(sl.ShapeError, match=r"buffer C of shape \[65536, 65536\] has 4,294,967,296 elements"):
+        sl.build(sch, "h100")
+    sl.build(sl.rules.apply_default(sl.workloads.matmul(32768, 65535, 64), "h100"), "h100")  # 2^31 - 32768
+
+
+def test_symbolic_sizes_are_checked_once_bound() -> None:
+    from schedlib.codegen.layout import check_index_range
+
+    func = sl.workloads.matmul(sl.var("M"), 65536, 64)
+    check_index_range(func)  # unknown until launch
+    check_index_range(func, {"M": 32767})
+    with pytest.raises(sl.ShapeError, match=r"buffer C of shape \[32768, 65536\] with \{'M': 32768\}"):
+        check_index_range(func, {"M": 32768})
+
+
+def test_a_dimension_beyond_the_index_type_is_an_ir_error() -> None:
+    with pytest.raises(sl.IRError, match="does not fit the 32-bit index type"):
+        sl.placeholder((2**31, 4), "float32", "X")
