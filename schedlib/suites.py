@@ -44,7 +44,7 @@ class WorkloadSpec:
         """The same workload with every size capped at ``limit`` (for the CPU emulator)."""
         sizes = {k: min(v, limit) for k, v in self.params.items() if k in SIZE_PARAMS and isinstance(v, int)}
         if "shape" in self.params:
-            sizes["shape"] = tuple(min(int(d), limit) for d in self.params["shape"])
+            sizes["shape"] = tuple(min(d, limit) if isinstance(d, int) else d for d in self.params["shape"])
         return WorkloadSpec(self.kind, {**self.params, **sizes}, self.label)
 
 
@@ -54,30 +54,74 @@ SIZE_PARAMS = {"M", "N", "K", "rows", "cols", "batch"}
 def _fmt(key: str, v: Any) -> str:
     """The spec-string spelling of a parameter, the inverse of :func:`_value`."""
     if isinstance(v, (list, tuple)):
-        return ("+" if key == "chain" else "x").join(str(x) for x in v)
+        return ("+" if key == "chain" else "x").join(_fmt("", x) for x in v)
     return f"${v.name}" if hasattr(v, "name") and not isinstance(v, str) else str(v)
 
 
-def _value(key: str, text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _size(kind: str, key: str, value: Any) -> Any:
+    """One size: a positive int, a digit string, or ``$name`` (a symbolic dimension)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("$") and text[1:].isidentifier():
+            return var(text[1:])
+        if text.isdigit():
+            value = int(text)
+    if hasattr(value, "name") and not isinstance(value, str):
+        return value  # already an sl.var
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise IRError(f"workload {kind}: {key}={value!r} must be a positive int or $name (a symbolic size)")
+    if not 1 <= value < 2**31:
+        raise IRError(f"workload {kind}: {key}={value} must be a positive size below 2^31")
+    return value
+
+
+def _coerce(kind: str, key: str, value: Any) -> Any:
+    """``value`` (spec-string text or a YAML/JSON scalar) as the builder parameter ``key`` expects it; the
+    parameter's default tells the type, so ``trans_a=no`` is False rather than a truthy string."""
+    default = inspect.signature(BUILTINS[kind]).parameters[key].default
+    text = value.strip() if isinstance(value, str) else None
+    if default is None and (value is None or (text is not None and text.lower() in ("none", "null"))):
         return None
-    if text.startswith("$") and text[1:].isidentifier():
-        return var(text[1:])  # a symbolic dimension
-    if key in ("shape",):
-        return tuple(int(x) for x in text.split("x"))
+    if key in SIZE_PARAMS:
+        return _size(kind, key, value)
+    if key == "shape":
+        dims = text.split("x") if text is not None else value
+        dims = [dims] if isinstance(dims, int) else dims
+        if not isinstance(dims, (list, tuple)) or not dims:
+            raise IRError(f"workload {kind}: shape={value!r} must be sizes like 64x128 (or a list)")
+        return tuple(_size(kind, key, d) for d in dims)
     if key == "chain":
-        return tuple(text.split("+"))
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
+        ops = text.split("+") if text is not None else value
+        if not isinstance(ops, (list, tuple)) or not all(isinstance(o, str) and o for o in ops):
+            raise IRError(f"workload {kind}: chain={value!r} must be ops like add+relu (or a list)")
+        return tuple(o.strip() for o in ops)
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if text is not None and text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        raise IRError(f"workload {kind}: {key}={value!r} must be true or false")
+    if isinstance(default, int):
+        if text is not None and text.lstrip("+-").isdigit():
+            return int(text)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise IRError(f"workload {kind}: {key}={value!r} must be an int")
+    if isinstance(default, float):
+        try:
+            return float(value) if not isinstance(value, bool) else _bad_float(kind, key, value)
+        except (TypeError, ValueError):
+            return _bad_float(kind, key, value)
+    if not isinstance(value, str):  # dtype, op, epilogue: names
+        raise IRError(f"workload {kind}: {key}={value!r} must be a name")
+    return text
+
+
+def _bad_float(kind: str, key: str, value: Any) -> Any:
+    raise IRError(f"workload {kind}: {key}={value!r} must be a number")
 
 
 def parse_workload(text: str) -> WorkloadSpec:
@@ -93,18 +137,18 @@ def parse_workload(text: str) -> WorkloadSpec:
         key = key.strip()
         if not eq or not key:
             raise IRError(f"workload spec {text!r}: {item!r} is not key=value")
-        params[key] = _value(key, value.strip())
-    return _checked(WorkloadSpec(kind, params))
+        if key in params:
+            raise IRError(f"workload spec {text!r}: {key} is given twice")
+        params[key] = value
+    return _checked(kind, params)
 
 
-def _checked(spec: WorkloadSpec) -> WorkloadSpec:
-    accepted = inspect.signature(BUILTINS[spec.kind]).parameters
-    unknown = [k for k in spec.params if k not in accepted]
+def _checked(kind: str, raw: dict[str, Any], label: str = "") -> WorkloadSpec:
+    accepted = inspect.signature(BUILTINS[kind]).parameters
+    unknown = [k for k in raw if k not in accepted]
     if unknown:
-        raise IRError(f"workload {spec.kind}: unknown parameter(s) {unknown}; it takes {list(accepted)}")
-    for k, v in spec.params.items():
-        if k in SIZE_PARAMS and isinstance(v, int) and v < 1:
-            raise IRError(f"workload {spec.kind}: {k}={v} must be a positive size")
+        raise IRError(f"workload {kind}: unknown parameter(s) {unknown}; it takes {list(accepted)}")
+    spec = WorkloadSpec(kind, {k: _coerce(kind, k, v) for k, v in raw.items()}, label)
     spec.build()  # surfaces bad dtypes, epilogues and ops now, with their own messages
     return spec
 
@@ -129,14 +173,15 @@ def load_suite_file(path: str | Path) -> list[WorkloadSpec]:
         if isinstance(item, str):
             specs.append(parse_workload(item))
         elif isinstance(item, dict) and "kind" in item:
-            params = {k: v for k, v in item.items() if k not in ("kind", "label")}
-            if "shape" in params:
-                params["shape"] = tuple(params["shape"])
-            if "chain" in params:
-                params["chain"] = tuple(params["chain"])
-            if item["kind"] not in BUILTINS:
-                raise IRError(f"suite file {p}: entry {i}: unknown workload {item['kind']!r}")
-            specs.append(_checked(WorkloadSpec(item["kind"], params, str(item.get("label", "")))))
+            kind = item["kind"]
+            if not isinstance(kind, str) or kind not in BUILTINS:
+                raise IRError(f"suite file {p}: entry {i}: unknown workload {kind!r}; built-in workloads are "
+                              f"{', '.join(sorted(BUILTINS))}")
+            params = {str(k): v for k, v in item.items() if k not in ("kind", "label")}
+            try:
+                specs.append(_checked(kind, params, str(item.get("label", ""))))
+            except IRError as exc:
+                raise IRError(f"suite file {p}: entry {i}: {exc}") from None
         else:
             raise IRError(f"suite file {p}: entry {i} must be a spec string or a mapping with 'kind'")
     return specs

@@ -1,0 +1,74 @@
+"""Workload spec strings and suite files: typed parameters, round trips and clear refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from schedlib.errors import IRError
+from schedlib.ir.expr import Var
+from schedlib.suites import load_suite_file, parse_workload
+
+
+@pytest.mark.parametrize(("text", "value"), [("no", False), ("off", False), ("0", False), ("False", False),
+                                             ("yes", True), ("on", True), ("1", True), ("true", True)])
+def test_boolean_parameters_read_their_text(text: str, value: bool) -> None:
+    spec = parse_workload(f"matmul:M=64,N=32,K=16,trans_a={text}")
+    assert spec.params["trans_a"] is value
+    a_shape = tuple(int(d.value) for d in spec.build().buffer("A").shape)
+    assert a_shape == ((16, 64) if value else (64, 16))
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("matmul:trans_a=maybe", "trans_a='maybe' must be true or false"),
+    ("matmul:M=64,M=128", "M is given twice"),
+    ("matmul:M=99999999999", "below 2^31"),
+    ("matmul:M=1.5", "M='1.5' must be a positive int"),
+    ("reduce:axis=x", "axis='x' must be an int"),
+    ("rmsnorm:eps=abc", "eps='abc' must be a number"),
+    ("elementwise:shape=4xq", "shape='q' must be a positive int"),
+])
+def test_bad_parameter_values_are_refused_by_name(text: str, needle: str) -> None:
+    with pytest.raises(IRError) as info:
+        parse_workload(text)
+    assert needle in str(info.value)
+
+
+def test_symbolic_dimensions_inside_a_shape_round_trip() -> None:
+    spec = parse_workload("elementwise:shape=$Mx4,chain=add+relu")
+    assert isinstance(spec.params["shape"][0], Var) and spec.params["shape"][1] == 4
+    assert spec.text == "elementwise:shape=$Mx4,chain=add+relu"
+    assert parse_workload(spec.text).params == spec.params
+    assert spec.scaled(2).params["shape"][1] == 2  # the symbolic dimension stays symbolic
+
+
+def test_none_reads_as_none_for_optional_parameters() -> None:
+    spec = parse_workload("matmul:M=8,N=8,K=8,batch=none,epilogue=null")
+    assert spec.params["batch"] is None and spec.params["epilogue"] is None
+
+
+def test_suite_file_values_are_typed_like_spec_strings(tmp_path: Path) -> None:
+    path = tmp_path / "suite.yaml"
+    path.write_text("- {kind: matmul, M: 64, N: 32, K: 16, trans_a: 'no'}\n"
+                    "- {kind: elementwise, shape: 5, chain: add+relu}\n"
+                    "- {kind: gemv, N: 64, K: '$K'}\n")
+    mm, ew, gv = load_suite_file(path)
+    assert mm.params["trans_a"] is False
+    assert ew.params["shape"] == (5,) and ew.params["chain"] == ("add", "relu")
+    assert isinstance(gv.params["K"], Var)
+
+
+@pytest.mark.parametrize(("entry", "needle"), [
+    ("{kind: [matmul]}", "unknown workload ['matmul']"),
+    ("{kind: elementwise, shape: {a: 1}}", "shape={'a': 1} must be sizes"),
+    ("{kind: matmul, M: true}", "M=True must be a positive int"),
+    ("{kind: matmul, dtype: 16}", "dtype=16 must be a name"),
+])
+def test_bad_suite_entries_name_the_file_and_entry(tmp_path: Path, entry: str, needle: str) -> None:
+    path = tmp_path / "suite.yaml"
+    path.write_text(f"- matmul:M=8,N=8,K=8\n- {entry}\n")
+    with pytest.raises(IRError) as info:
+        load_suite_file(path)
+    assert str(path) in str(info.value) and "entry 1" in str(info.value)
+    assert needle in str(info.value)
