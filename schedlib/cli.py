@@ -57,13 +57,12 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     spec = _workload(args.workload)
     func = spec.build()
     profile = _profile(args.target)
-    if args.config:
-        try:
-            config = json.loads(args.config)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"--config is not valid JSON: {exc}") from None
-        if not args.rule:
-            raise UsageError("--config needs --rule NAME")
+    if args.emulate:
+        _check_emulator_size(func)  # before any output
+    if args.config and not args.rule:
+        raise UsageError("--config needs --rule NAME")
+    if args.rule:
+        config = _config(args.config) if args.config else None  # None: the rule's own default
         sch = get_rule(args.rule).apply(func, profile, config)
         if sch is None:
             raise UsageError(f"rule {args.rule} does not apply to {spec.text}")
@@ -88,6 +87,34 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         sizes = ", ".join(f"{k}={v}" for k, v in zip(func.symbols, [SYMBOLIC_DEFAULT] * len(func.symbols)))
         print(f"\nemulator vs numpy{' at ' + sizes if sizes else ''}: max relative error {err:.2e}")
     return 0
+
+
+def _config(text: str) -> dict[str, Any]:
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--config is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"--config must be a JSON object of knob values, got {text!r}")
+    return config
+
+
+# The emulator runs every thread on the CPU: beyond this many elements in all buffers it takes hours.
+EMULATE_LIMIT = 1 << 24
+
+
+def _check_emulator_size(func: Any) -> None:
+    from schedlib.report.demo import SYMBOLIC_DEFAULT
+
+    total = 0
+    for name in (*func.inputs, *func.outputs):
+        n = 1
+        for d in func.buffer(name).shape:
+            n *= int(getattr(d, "value", SYMBOLIC_DEFAULT))
+        total += n
+    if total > EMULATE_LIMIT:
+        raise UsageError(f"--emulate: the buffers hold {total:,} elements, more than the CPU emulator's "
+                         f"{EMULATE_LIMIT:,}; pass smaller sizes (the schedule is the same rule at any size)")
 
 
 def cmd_carve(args: argparse.Namespace) -> int:
@@ -116,9 +143,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from schedlib.report import compare, write_report
+    from schedlib.report.writers import prepare_out_dir
     from schedlib.suites import suite
 
     specs = [_workload(w) for w in args.workload] if args.workload else suite(args.suite)
+    prepare_out_dir(args.out)
     df = compare(specs, _profile(args.target) if args.target != "auto" else "auto", methods=args.methods,
                  trials=args.trials, backend=args.backend)
     paths = write_report(df, args.out, histories=df.attrs.get("histories"))
@@ -214,13 +243,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return int(args.fn(args) or 0)
-    except (SchedlibError, ValueError, LookupError) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"schedlib: error: {message}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # output piped into a pager or head that closed early
         sys.stderr.close()
         return 0
+    except (SchedlibError, ValueError, LookupError) as exc:
+        # a KeyError's str() is its repr; show the message itself
+        text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        message = text.splitlines()[0] if text else type(exc).__name__
+        print(f"schedlib: error: {message}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file or directory named on the command line (or in the environment)
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"schedlib: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("schedlib: interrupted", file=sys.stderr)
         return 130

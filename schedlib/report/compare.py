@@ -20,7 +20,7 @@ from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.report.stats import Work, work
-from schedlib.runtime.gpu import gpu_available
+from schedlib.runtime.gpu import gpu_available, require_cupy
 from schedlib.suites import WorkloadSpec, as_specs
 
 METHODS = ("rule", "carver", "search", "vendor")
@@ -115,10 +115,12 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     that does not build, or computes a different result) gets a row with no time and ``source`` saying why;
     the other methods still run.
     """
-    bad = [m for m in methods if m not in METHODS]
-    if bad:
-        raise ValueError(f"unknown method(s) {bad}; choose from {METHODS}")
+    workloads = [workloads] if isinstance(workloads, (str, WorkloadSpec, Func)) else list(workloads)
+    methods = (methods,) if isinstance(methods, str) else tuple(methods)
+    _check_arguments(workloads, methods, topk, trials, strategy, backend)
     measured = (backend or ("gpu" if gpu_available() else "estimate")) == "gpu"
+    if measured:
+        require_cupy()  # before any work, with the install hint
     profile = resolve(target if target != "auto" or measured else "h100")
     timer = _Timer(profile, measured)
     rows: list[dict[str, Any]] = []
@@ -149,6 +151,28 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     df.attrs.update({"target": profile.key, "measured": measured, "histories": histories,
                      "roofline": "measured ceilings" if ceilings else f"profile {profile.key}"})
     return df
+
+
+def _check_arguments(workloads: list[Any], methods: tuple[Any, ...], topk: int, trials: int, strategy: str,
+                     backend: str | None) -> None:
+    """Refuse bad arguments up front: a failure inside a method becomes a row, which would hide them."""
+    from schedlib.search.strategies import STRATEGIES
+
+    if not workloads:
+        raise ValueError("compare: no workloads given")
+    odd = [w for w in workloads if not isinstance(w, (str, WorkloadSpec, Func))]
+    if odd:
+        raise TypeError(f"compare: workloads must be spec strings, WorkloadSpecs or Funcs, got {odd[0]!r}")
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise ValueError(f"compare: unknown method(s) {bad}; choose from {METHODS}")
+    for name, value in (("topk", topk), ("trials", trials)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"compare: {name}={value!r} must be a positive int")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"compare: unknown strategy {strategy!r}; expected one of {list(STRATEGIES)}")
+    if backend not in (None, "gpu", "estimate"):
+        raise ValueError(f"compare: backend={backend!r} must be 'gpu', 'estimate' or None (gpu when present)")
 
 
 def _finish(row: dict[str, Any], w: Work, peak: float, bw: float, measured: bool) -> dict[str, Any]:

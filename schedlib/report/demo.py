@@ -20,7 +20,7 @@ from schedlib.hw import HardwareProfile, detect, resolve
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.reference import run_reference
 from schedlib.report.compare import compare
-from schedlib.report.writers import write_report
+from schedlib.report.writers import prepare_out_dir, write_report
 from schedlib.rules import apply_default
 from schedlib.runtime.gpu import gpu_available
 from schedlib.runtime.kernel import build
@@ -81,6 +81,7 @@ def verify(spec: WorkloadSpec, profile: HardwareProfile, limit: int, on_gpu: boo
 
 def run_demo(target: str = "auto", out: str | Path = "schedlib-report", *, trials: int = 12, limit: int = 64,
              topk: int = 5, echo: Callable[[str], None] = print) -> Path:
+    prepare_out_dir(out)
     on_gpu = gpu_available()
     profile = detect() if (on_gpu and target == "auto") else resolve("h100" if target == "auto" else target)
     echo(f"schedlib demo: target {profile.key} ({profile.name}); "

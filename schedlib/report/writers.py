@@ -83,9 +83,8 @@ def convergence_plot(histories: dict[str, list[float]]) -> str | None:
     return png
 
 
-def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, list[float]] | None = None,
-                 title: str = "schedlib comparison") -> dict[str, Path]:
-    """Write ``report.csv``, ``report.md`` and ``report.html`` under ``out_dir``; returns their paths."""
+def prepare_out_dir(out_dir: str | Path) -> Path:
+    """Create ``out_dir`` and prove it writable; called before long work, so a bad ``--out`` fails first."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -94,6 +93,16 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, 
         probe.unlink()
     except OSError as exc:
         raise SchedlibError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+    return out
+
+
+def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, list[float]] | None = None,
+                 title: str = "schedlib comparison") -> dict[str, Path]:
+    """Write ``report.csv``, ``report.md`` and ``report.html`` under ``out_dir``; returns their paths."""
+    if not isinstance(df, pd.DataFrame) or "config" not in df.columns:
+        raise TypeError(f"write_report needs the DataFrame sl.report.compare returns, got {type(df).__name__}"
+                        + (f" with columns {list(df.columns)}" if isinstance(df, pd.DataFrame) else ""))
+    out = prepare_out_dir(out_dir)
     source = "measured on the GPU" if df.attrs.get("measured") else "estimated by the carver model (no GPU)"
     csv_path, md_path, html_path = out / "report.csv", out / "report.md", out / "report.html"
     flat = df.copy()

@@ -89,6 +89,11 @@ def test_compare_writes_csv_with_documented_columns(tmp_path: Path) -> None:
     ("compare", "--workload", "transpose:M=8,N=8", "--methods", "rule", "--out", "/proc/forbidden/report"),
     ("profiles", "show", "nosuchgpu"),
     ("frobnicate",),
+    ("schedule", "matmul:M=64,N=64,K=64", "--rule", "matmul", "--config", "[1]"),
+    ("schedule", "matmul:M=64,N=64,K=64,trans_a=maybe"),
+    ("schedule", "matmul:M=64,M=128"),
+    ("schedule", "matmul:M=8192,N=8192,K=64", "--emulate"),
+    ("demo", "--out", "/proc/version"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(args: tuple[str, ...]) -> None:
     proc = run(*args)
@@ -102,3 +107,18 @@ def test_spec_round_trip() -> None:
     for text in ("matmul:M=64,N=32,K=16,dtype=float16,epilogue=bias_relu", "elementwise:shape=8x8,chain=add+gelu",
                  "softmax:rows=$M,cols=64"):
         assert parse_workload(text).text == text
+
+
+def test_rule_without_config_uses_that_rules_default() -> None:
+    # softmax is taken by general_reduction; --rule fallback must win over the dispatcher
+    proc = run("schedule", "softmax:rows=8,cols=8", "--rule", "fallback", "--no-source")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("rule: fallback ")
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = f"{sys.executable} -m schedlib schedule matmul:M=64,N=64,K=64 | head -n 1"
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.stdout.startswith("rule: matmul")
+    assert proc.returncode == 0 and "error" not in proc.stderr, proc.stderr

@@ -56,3 +56,26 @@ def test_a_failing_carver_config_is_skipped_and_said(monkeypatch: pytest.MonkeyP
     assert rows["carver"]["source"] == "failed: RuntimeError: illegal memory access"
     best = rows["carver_best_of_k"]
     assert best["time_us"] == 12.0 and best["config"] == calls[1] and best["source"].startswith("1 of 3 failed")
+
+
+@pytest.mark.parametrize(("kwargs", "error", "needle"), [
+    ({"backend": "foo"}, ValueError, "backend='foo'"),
+    ({"trials": 0}, ValueError, "trials=0"),
+    ({"topk": -1}, ValueError, "topk=-1"),
+    ({"strategy": "annealing"}, ValueError, "unknown strategy 'annealing'"),
+    ({"methods": ("rule", "magic")}, ValueError, "'magic'"),
+])
+def test_bad_arguments_raise_before_any_row_is_made(kwargs: dict, error: type, needle: str) -> None:
+    with pytest.raises(error) as info:
+        compare(["transpose:M=8,N=8"], "h100", **kwargs)
+    assert needle in str(info.value)
+
+
+def test_a_lone_spec_string_and_method_name_are_one_item_each() -> None:
+    df = compare("transpose:M=8,N=8", "h100", methods="rule", backend="estimate")
+    assert list(df["method"]) == ["rule"] and list(df["workload"]) == ["transpose:M=8,N=8"]
+
+
+def test_workloads_of_another_type_are_refused() -> None:
+    with pytest.raises(TypeError, match="got 5"):
+        compare([5], "h100", backend="estimate")
