@@ -12,8 +12,12 @@ The loop-nest text is what users read while scheduling and what the primitive do
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from schedlib.ir.expr import Binary, Call, Cast, Const, Expr, Load, Reduce, Select, Var
+
+if TYPE_CHECKING:  # func.py imports this module when printing
+    from schedlib.ir.func import Block, Func
 
 _PREC = {"or": 1, "and": 2, "<": 3, "<=": 3, ">": 3, ">=": 3, "==": 3, "!=": 3,
          "+": 4, "-": 4, "*": 5, "/": 5, "//": 5, "%": 5}
@@ -85,7 +89,7 @@ def _block_lines(func, block, depth: int) -> list[str]:
     return lines
 
 
-def chain_lines(func, block, depth: int) -> list[str]:
+def chain_lines(func: Func, block: Block, depth: int) -> list[str]:
     """The text of one block's loop chain with the blocks attached inside it."""
     lines: list[str] = []
     d = depth
@@ -102,7 +106,7 @@ def chain_lines(func, block, depth: int) -> list[str]:
     return lines
 
 
-def func_str(func) -> str:
+def func_str(func: Func) -> str:
     def sig(name: str) -> str:
         buf = func.buffer(name)
         return f"{name}: {buf.dtype}[{', '.join(expr_str(s) for s in buf.shape)}]"

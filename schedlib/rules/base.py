@@ -8,6 +8,7 @@ axis, threads, shared memory); the carver's model is generic over that.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -133,6 +134,16 @@ class Rule(ABC):
 
     name: str = "rule"
 
+    # Methods that take a target: users call ``rule.space(f, "h100")`` as readily as the library passes a
+    # resolved profile, so every subclass's versions accept anything ``hw.resolve`` does.
+    _TARGET_METHODS = ("space", "default_config", "tiling", "applies")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls._TARGET_METHODS:
+            if name in cls.__dict__:
+                setattr(cls, name, _resolving_target(cls.__dict__[name]))
+
     @abstractmethod
     def analyze(self, func: Func, target: HardwareProfile) -> Any:
         """The pattern facts the rule needs, or a ``str`` saying why it does not apply."""
@@ -172,6 +183,14 @@ class Rule(ABC):
 
     def __repr__(self) -> str:
         return f"<Rule {self.name}>"
+
+
+def _resolving_target(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: Rule, func: Func, target: Any, *args: Any, **kwargs: Any) -> Any:
+        return method(self, func, resolve(target), *args, **kwargs)
+
+    return call
 
 
 def pow2_range(lo: int, hi: int) -> tuple[int, ...]:

@@ -276,3 +276,13 @@ def test_space_is_sized_by_the_target() -> None:
             assert threads <= profile.max_threads_per_block
             assert (config["block_m"] + config["block_n"]) * config["block_k"] * 2 <= profile.shared_memory_per_block
         assert space.is_legal(rules.get_rule("matmul").default_config(f, profile))
+
+
+@pytest.mark.parametrize("rule", rules.RULES, ids=lambda r: r.name)
+def test_rule_methods_take_a_profile_key_as_readily_as_a_profile(rule: rules.Rule) -> None:
+    func = wl.softmax(8, 8)
+    profile = sl.hw.load("a100")
+    assert rule.applies(func, "a100") == rule.applies(func, profile)
+    if rule.applies(func, profile) is None:
+        assert rule.space(func, "a100") == rule.space(func, profile)
+        assert rule.default_config(func, "a100") == rule.default_config(func, profile)
