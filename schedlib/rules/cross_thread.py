@@ -54,7 +54,10 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
     by_axis = dict(zip([a.name for a in func.block(C).axes], s.get_loops(C)))
     k = _fused(s, [by_axis[a] for a in facts.reduce])
     small = [by_axis[a] for a in facts.small]
-    rows = _fused(s, [by_axis[a] for a in facts.rows])
+    row_loops = [by_axis[a] for a in facts.rows]
+    if len(row_loops) > 1 and small:  # a batched matmul's small m sits between batch and n: move it inside
+        s.reorder(*row_loops, *small)
+    rows = _fused(s, row_loops)
     vec = config["vector"]
     if facts.inner:
         outer: list[str] = []

@@ -93,6 +93,9 @@ GEMV = [
     Case("matmul-n3-trans_b", mm(100, 3, 64, trans_b=True, epilogue="relu"), "gemv"),
     Case("matmul-1x1x1", mm(1, 1, 1), "gemv"),
     Case("matmul-m7-trans_a-fp16", mm(7, 90, 50, dtype="float16", trans_a=True), "gemv"),
+    # batched, with the small m between batch and n in the loop nest (every config used to fail to fuse)
+    Case("matmul-b2-m8-bias", mm(8, 40, 24, batch=2, epilogue="bias"), "gemv"),
+    Case("matmul-b3-m5-trans_b", mm(5, 33, 20, batch=3, trans_b=True), "gemv"),
     # symbolic N and K, one kernel run at several sizes
     Case("sym-NK-inner-bias", gv(N, K, "float16", epilogue="bias"), "gemv",
          ({"N": 1, "K": 1}, {"N": 33, "K": 1000}, {"N": 1000, "K": 33}, {"N": 127, "K": 7})),
