@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -22,11 +23,10 @@ from schedlib.hw.profile import (
     HardwareProfile,
     PeakTflops,
     TransactionBytes,
-    load_file,
     normalize_name,
-    parse_file,
     validate,
 )
+from schedlib.hw.profile_file import load_file, parse_file
 
 __all__ = [
     "ARCH_TABLE",
@@ -67,40 +67,75 @@ def _profile_files() -> dict[str, Path]:
     return found
 
 
+def _skip(file: Path, exc: ProfileError) -> None:
+    # One broken file in a shared profile directory must not hide every other profile.
+    warnings.warn(f"skipped a hardware profile that does not load: {exc}", ProfileWarning, stacklevel=4)
+
+
+def _valid_profiles() -> dict[str, HardwareProfile]:
+    """Key -> profile for every file on the search path that loads; the others are skipped with a warning."""
+    out: dict[str, HardwareProfile] = {}
+    for key, file in _profile_files().items():
+        try:
+            out[key] = load_file(file)
+        except ProfileError as exc:
+            _skip(file, exc)
+    return out
+
+
 def list() -> builtins.list[str]:
     """Keys :func:`load` finds by name, sorted: shipped profiles plus those on ``$SCHEDLIB_HWPROFILE_PATH``.
 
-    Named ``list`` for the ``schedlib.hw.list()`` API; this module uses ``builtins.list`` where it
-    means the type.
+    A file that does not load is left out with a :class:`ProfileWarning` naming it and its error
+    (loading it by key or path still raises that error).  Named ``list`` for the ``schedlib.hw.list()``
+    API; this module uses ``builtins.list`` where it means the type.
     """
-    return sorted(_profile_files())
+    return sorted(_valid_profiles())
 
 
 def all_profiles() -> builtins.list[HardwareProfile]:
-    """Every profile on the search path, validated (detection matches a device against these)."""
-    return [load_file(path) for path in _profile_files().values()]
+    """Every valid profile on the search path (detection matches a device against these); invalid
+    files are skipped with a :class:`ProfileWarning`."""
+    return builtins.list(_valid_profiles().values())
+
+
+def _find_alias(wanted: str, files: dict[str, Path]) -> Path | None:
+    """The file whose name or an alias normalizes to ``wanted``; a light parse, so an unreadable file
+    is skipped with a warning while a matching but invalid one is returned to report its error."""
+    for file in files.values():
+        try:
+            raw = parse_file(file)
+        except ProfileError as exc:
+            _skip(file, exc)
+            continue
+        if isinstance(raw, Mapping):
+            aliases = raw.get("aliases")
+            names = [raw.get("name"), *(aliases if isinstance(aliases, builtins.list) else [])]
+            if any(isinstance(n, str) and normalize_name(n) == wanted for n in names):
+                return file
+    return None
 
 
 def load(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
     """A validated profile by key ("h100"), alias ("NVIDIA H100 80GB HBM3", case-insensitive) or file path.
 
-    Raises :class:`ProfileError` naming file, field and value for an invalid file, or listing the
-    known keys for an unknown name.
+    Raises :class:`ProfileError` naming file, field and value for an invalid file, listing the known
+    keys for an unknown name, and naming the argument when it is neither a string nor a path.
     """
-    text = os.fspath(name_or_path)
+    text = os.fspath(name_or_path) if isinstance(name_or_path, (str, os.PathLike)) else None
+    if not isinstance(text, str):  # None, numbers, bytes paths: as resolve() says
+        raise ProfileError(
+            f"load(): argument name_or_path={name_or_path!r}: expected a profile key or alias, "
+            f"or a .yaml/.yml/.json path"
+        )
     looks_like_path = Path(text).suffix.lower() in SUFFIXES or "/" in text or os.sep in text
     if not isinstance(name_or_path, str) or looks_like_path:
         return load_file(text)
     files = _profile_files()
     wanted = normalize_name(text)
-    if wanted in files:
-        return load_file(files[wanted])
-    for file in files.values():  # alias lookup: a light parse, full validation only for the match
-        raw = parse_file(file)
-        if isinstance(raw, Mapping):
-            names = [raw.get("name"), *(raw.get("aliases") or [])]
-            if any(isinstance(n, str) and normalize_name(n) == wanted for n in names):
-                return load_file(file)
+    match = files.get(wanted) or _find_alias(wanted, files)
+    if match is not None:
+        return load_file(match)
     searched = ", ".join(str(d) for d in profile_dirs()) or "<none>"
     raise ProfileError(
         f"unknown hardware profile {text!r}: known keys are {sorted(files)} (searched {searched}; "

@@ -21,7 +21,8 @@ from schedlib.hw.profile import HardwareProfile, normalize_name, validate
 
 
 class ProfileWarning(UserWarning):
-    """A detected profile rests on estimates (unknown GPU) or was adjusted (SM count differs)."""
+    """A detected profile rests on estimates (unknown GPU) or was adjusted (SM count differs), or a
+    profile file on the search path was skipped because it does not load."""
 
 
 _SM70 = ("m8n8k4",)

@@ -3,30 +3,29 @@
 Why data files: limits and throughputs change with every part, so they live in ``hwprofiles/<key>.yaml``
 (one file per GPU, each naming its public source), never in code.  A typo there would silently skew
 every ranking, so loading is strict: every field present with the right type and a sane value, unknown
-fields rejected, and every error naming the file, the field and the value.  Files are read with
-``yaml.safe_load``/``json.loads`` only; nothing read from disk is ever executed.
+fields rejected, and every error naming the file, the field and the value.  Reading the files (safe
+YAML/JSON loading only; nothing read from disk is ever executed) lives in :mod:`schedlib.hw.profile_file`.
 """
 
 from __future__ import annotations
 
 import builtins
 import difflib
-import functools
-import json
-import os
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from schedlib.errors import ProfileError
 
 SUFFIXES = (".yaml", ".yml", ".json")
 ENV_PATH = "SCHEDLIB_HWPROFILE_PATH"
 _MISSING = object()
+# YAML anchors let a small file build a list with billions of (shared) items; a plain repr() of such a
+# value in an error message would never finish, so containers are shown abbreviated.
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxlist, _SHOW.maxdict, _SHOW.maxstring, _SHOW.maxother = 3, 8, 8, 200, 200
 
 # Integer fields: inclusive sane ranges.  Wide enough for any real GPU, tight enough to catch typos
 # such as a KiB value where bytes are expected.
@@ -229,7 +228,7 @@ class HardwareProfile:
 
 
 def _fail(label: str, name: str, value: Any, reason: str) -> ProfileError:
-    shown = "<missing>" if value is _MISSING else repr(value)
+    shown = "<missing>" if value is _MISSING else _SHOW.repr(value) if isinstance(value, (list, dict)) else repr(value)
     return ProfileError(f"{label}: field '{name}' = {shown}: {reason}")
 
 
@@ -353,44 +352,6 @@ def _check_consistency(
     if trans["global_line"] % trans["global_sector"]:
         reason = f"must be a multiple of global_sector ({trans['global_sector']})"
         raise _fail(label, "transaction_bytes.global_line", trans["global_line"], reason)
-
-
-def parse_file(path: Path) -> Any:
-    """Read a profile file into plain data (``yaml.safe_load`` / ``json.loads``; never executes code)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read hardware profile: {exc.strerror or exc}") from exc
-    lines = text.splitlines()
-    try:
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        bad = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else ""
-        raise ProfileError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg}): {bad.strip()!r}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        lineno = mark.line + 1 if mark is not None else 0
-        bad = lines[lineno - 1] if 0 < lineno <= len(lines) else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ProfileError(f"{path}: line {lineno}: invalid YAML ({problem}): {bad.strip()!r}") from exc
-
-
-@functools.lru_cache(maxsize=128)
-def _load_cached(path: str, _mtime_ns: int, _size: int) -> HardwareProfile:
-    file = Path(path)
-    return validate(parse_file(file), str(file), stem=file.stem)
-
-
-def load_file(path: str | os.PathLike[str]) -> HardwareProfile:
-    """Load and validate one profile file (cached until the file changes)."""
-    file = Path(path)
-    if file.suffix.lower() not in SUFFIXES:
-        raise ProfileError(f"{file}: a hardware profile must end in one of {builtins.list(SUFFIXES)}")
-    try:
-        st = file.stat()
-    except OSError as exc:
-        raise ProfileError(f"{file}: no such hardware profile file ({exc.strerror or exc})") from exc
-    return _load_cached(str(file), st.st_mtime_ns, st.st_size)
 
 
 def normalize_name(text: str) -> str:

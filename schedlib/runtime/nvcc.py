@@ -18,8 +18,9 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from schedlib.cache import cache_dir, content_hash
 from schedlib.errors import CompileError
@@ -46,6 +47,9 @@ class KernelResources:
     spill_store_bytes: int
     spill_load_bytes: int
     constant_bytes: int
+
+
+_RESOURCE_FIELDS = {f.name for f in fields(KernelResources)}
 
 
 @dataclass(frozen=True)
@@ -207,10 +211,7 @@ def build_cubin(source: str, arch: str, *, compiler: str | None = None) -> Path:
     if path.is_file():
         return path
     _, cubin = _run_nvcc(nvcc, source, arch, []) if nvcc is not None else _run_nvrtc(source, arch, [])
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(cubin)
-    os.replace(tmp, path)
+    _write_atomic(path, cubin)
     return path
 
 
@@ -231,17 +232,56 @@ def compile_check(
         return cached
     log, _ = _run_nvcc(nvcc, source, arch, flags) if nvcc is not None else _run_nvrtc(source, arch, flags)
     report = CompileReport(arch=arch, kernels=parse_ptxas(log), log=log, compiler=used)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # unique: concurrent writers never clash
-    with os.fdopen(fd, "w") as fh:
-        fh.write(json.dumps(asdict(report)))
-    os.replace(tmp, path)
+    _write_atomic(path, json.dumps(asdict(report)).encode())
     return report
 
 
+def _report_from_json(data: Any) -> CompileReport | None:
+    """The report a cache file holds, or None unless every field has the type this module writes."""
+    if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
+        return None
+    if not all(isinstance(data.get(k), str) for k in ("arch", "log", "compiler")):
+        return None
+    kernels = {}
+    for name, k in data["kernels"].items():
+        if not isinstance(k, dict) or k.keys() != _RESOURCE_FIELDS or k["name"] != name:
+            return None
+        counts = [k[f] for f in _RESOURCE_FIELDS if f != "name"]
+        if not all(type(c) is int and c >= 0 for c in counts):
+            return None
+        kernels[name] = KernelResources(**k)
+    return CompileReport(arch=data["arch"], kernels=kernels, log=data["log"], compiler=data["compiler"])
+
+
 def _load_report(path: Path) -> CompileReport | None:
+    """A cached report, or None to compile again; a malformed cache file is deleted so it is rewritten."""
     try:
-        data = json.loads(path.read_text())
-        kernels = {name: KernelResources(**k) for name, k in data["kernels"].items()}
-        return CompileReport(arch=data["arch"], kernels=kernels, log=data["log"], compiler=data["compiler"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # missing or unreadable: compile again
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # unreadable or not UTF-8
+        report = None
+    else:
+        try:
+            report = _report_from_json(json.loads(text))
+        except (ValueError, RecursionError):
+            report = None
+    if report is None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass  # the rewrite after compiling will report what is wrong with the path
+    return report
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Publish ``data`` under ``path`` in one rename, so no reader (another process included) ever
+    sees a partial file; the temporary name is unique, so concurrent writers never clash."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

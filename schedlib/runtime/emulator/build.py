@@ -5,6 +5,8 @@ driver that exports one C entry point per launched kernel. The key covers everyt
 change the binary (source, driver, every emulator header, flags, compiler version), so a cached
 library is never stale. Builds happen in a private temporary directory and are published with an
 atomic rename, which keeps concurrent pytest-xdist workers from ever loading a half-written file.
+A cached library that does not load (truncated by a full disk, replaced by hand) is deleted and
+built again once, so a bad cache entry heals instead of failing every later run.
 """
 
 from __future__ import annotations
@@ -106,8 +108,16 @@ def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool) ->
     key = content_hash(source, driver, *_header_texts(), " ".join(flags), _gxx_version(gxx))
     root = cache_dir("emulator")
     target = root / f"{key}.so"
-    if target.exists():
-        return target
+    try:
+        inode: int | None = target.stat().st_ino
+    except OSError:
+        inode = None  # not built yet
+    if inode is not None:
+        try:
+            load_library(target)  # proves the cached file usable; callers load it next, from _loaded
+            return target
+        except EmulatorError:
+            _discard(target, inode)  # corrupt cache entry: build it once more below
     build = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
         (build / "kernel.cu").write_text(source)
@@ -130,17 +140,49 @@ def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool) ->
     return target
 
 
+def _discard(target: Path, inode: int) -> None:
+    """Delete a cached library that did not load (and its source copy), unless a concurrent process
+    has meanwhile published a fresh build under the same name (a different inode)."""
+    try:
+        if target.stat().st_ino == inode:
+            target.unlink()
+        target.with_suffix(".cu").unlink(missing_ok=True)
+    except OSError:
+        pass  # already gone: the rebuild publishes a new one either way
+
+
+def _dlclose(handle: int) -> None:
+    try:
+        close = ctypes.CDLL(None).dlclose
+    except (AttributeError, OSError):
+        return  # best effort: without it only a new process can load a library rebuilt under this name
+    close.argtypes = [ctypes.c_void_p]
+    close(handle)
+
+
 def load_library(path: Path) -> ctypes.CDLL:
     """dlopen a built library once per process, checking it speaks this module's launch ABI."""
     with _load_lock:
         lib = _loaded.get(path)
         if lib is None:
-            try:
-                lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
-            except OSError as exc:
-                raise EmulatorError(f"cannot load emulator library {path}: {exc}") from exc
-            version = lib.sl_emu_abi_version()
-            if version != ABI_VERSION:
-                raise EmulatorError(f"{path} speaks emulator ABI {version}, this schedlib expects {ABI_VERSION}")
+            lib = _open_checked(path)
             _loaded[path] = lib
         return lib
+
+
+def _open_checked(path: Path) -> ctypes.CDLL:
+    try:
+        lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
+    except OSError as exc:
+        raise EmulatorError(f"cannot load emulator library {path}: {exc}") from exc
+    try:
+        version = lib.sl_emu_abi_version()
+    except AttributeError:
+        version = None
+    if version != ABI_VERSION:
+        # dlopen of a path already open returns the old handle, so close this one: otherwise a library
+        # rebuilt under this name could not be loaded by this process.
+        _dlclose(lib._handle)
+        what = "does not export sl_emu_abi_version()" if version is None else f"speaks emulator ABI {version}"
+        raise EmulatorError(f"emulator library {path} {what}; this schedlib expects ABI {ABI_VERSION}")
+    return lib
