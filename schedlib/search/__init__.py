@@ -22,12 +22,13 @@ from schedlib.search.codec import SpaceCodec
 from schedlib.search.cost_model import CostModel, Featurizer
 from schedlib.search.database import SCHEMA_VERSION, NoRecordError, TuningKey, workload_hash
 from schedlib.search.records import Measurement, config_key, trials_to_reach
+from schedlib.search.storage import StorageError
 from schedlib.search.strategies import STRATEGIES
 from schedlib.search.tune import TuneResult, tune
 
 __all__ = [
     "SCHEMA_VERSION", "STRATEGIES", "Backend", "CostModel", "EstimateBackend", "Featurizer", "GpuBackend",
-    "Measurement", "NoRecordError", "ReplayBackend", "SpaceCodec", "SubprocessBackend", "TuneResult",
+    "Measurement", "NoRecordError", "ReplayBackend", "SpaceCodec", "StorageError", "SubprocessBackend", "TuneResult",
     "TuningKey", "WorkerSetupError", "apply_best", "config_key", "make_backend", "naive_reference_schedule",
     "read_recording", "trials_to_reach", "tune", "workload_hash", "write_recording",
 ]

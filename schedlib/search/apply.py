@@ -14,8 +14,8 @@ import optuna
 from schedlib.hw import resolve
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
-from schedlib.rules import find_rule, get_rule
 from schedlib.rules.base import Rule
+from schedlib.search.checks import check_func, pick_rule
 from schedlib.search.database import (
     NoRecordError,
     best_record,
@@ -23,6 +23,8 @@ from schedlib.search.database import (
     resolve_storage,
     signature,
     space_digest,
+    storage_errors,
+    storage_label,
 )
 
 
@@ -30,15 +32,18 @@ def apply_best(func: Func, target: Any = "h100", storage: Any = None, *, rule: R
                backend: str | None = None) -> Schedule:
     """The recorded best Schedule of ``func`` on ``target``; :class:`NoRecordError` when there is none.
 
-    backend: restrict to one backend key (``"gpu"``, ``"estimate"``, ``"replay-..."``); by default GPU
+    backend: restrict to one backend (``"gpu"``, ``"estimate"``, a key like ``"replay-..."``); by default GPU
     measurements are preferred over replayed ones, and those over estimates.
     """
+    check_func(func, "apply_best")
     profile = resolve(target)
-    chosen = find_rule(func, profile) if rule is None else (get_rule(rule) if isinstance(rule, str) else rule)
+    chosen = pick_rule(func, profile, rule)
+    space = chosen.space(func, profile)
     store, _ = resolve_storage(storage, create=False)
-    matches, others = find_studies(store, func, profile.key, chosen.name, space_digest(chosen.space(func, profile)))
-    if backend is not None:
-        matches = [k for k in matches if k.backend == backend]
+    label = storage_label(store)
+    matches, others = find_studies(store, func, profile, chosen.name, space_digest(space))
+    if backend is not None:  # "estimate" names every estimate study; only this profile's numbers match
+        matches = [k for k in matches if backend in (k.backend, k.backend_kind())]
     if not matches:
         listing = "; ".join(others[:8]) + (f"; ... ({len(others) - 8} more)" if len(others) > 8 else "")
         raise NoRecordError(
@@ -47,16 +52,17 @@ def apply_best(func: Func, target: Any = "h100", storage: Any = None, *, rule: R
             f"in {storage or 'the default storage'}; a record for another shape is never reused. "
             f"Recorded for rule {chosen.name}: {listing or 'nothing'}. Run sl.search.tune(...) for this shape.")
     for key in matches:
-        study = optuna.load_study(study_name=key.study_name, storage=store)
+        with storage_errors(label):
+            study = optuna.load_study(study_name=key.study_name, storage=store)
         if study.user_attrs.get("func_text") not in (None, str(func)):
             continue  # a hash collision: never reuse another func's record
-        best = best_record(study)
+        best = best_record(study, space)  # records outside the current space are skipped, with a warning
         if best is not None:
             schedule = chosen.apply(func, profile, best.config)
             if schedule is None:
                 raise NoRecordError(f"apply_best: rule {chosen.name} no longer applies to {func.name}")
             return schedule
-    raise NoRecordError(f"apply_best: {signature(func)} on {profile.key} has records "
+    raise NoRecordError(f"apply_best: {signature(func)} on {profile.key} has records in {label} "
                         f"({', '.join(k.backend for k in matches)}) but none succeeded")
 
 

@@ -8,11 +8,10 @@ a hash of ``str(func)`` of the *unscheduled* func (it spells out shapes, dtypes 
 a GPU time).  :func:`apply_best` looks up that exact key and refuses otherwise - a record for another shape
 is never reused (the failure of tilelang issue #1250).
 
-Storage: ``None`` is an SQLite file in the per-user cache (``cache_dir("tuning")``); a path ending in
-``.log``/``.journal`` is an Optuna JournalStorage file; any string with ``://`` is an SQLAlchemy URL; any
-other path is an SQLite file; ``"memory"`` is a throw-away in-memory storage; an Optuna storage object is
-used as is.  Several processes may share one storage: proposals are made under a file lock next to a
-file-based storage, so two workers never claim the same config.
+Storage (see :mod:`schedlib.search.storage`): ``None`` is an SQLite file in the per-user cache, a
+``.log``/``.journal`` path a JournalStorage file, ``://`` an SQLAlchemy URL, ``"memory"`` a throw-away one.
+Several processes may share one storage: proposals are made under a file lock next to a file-based storage,
+so two workers never claim the same config.
 """
 
 from __future__ import annotations
@@ -30,26 +29,31 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages import BaseStorage, InMemoryStorage, JournalStorage, RDBStorage
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
 import schedlib
-from schedlib.cache import cache_dir, content_hash
+from schedlib.cache import content_hash
 from schedlib.errors import SchedlibError
+from schedlib.hw import HardwareProfile
 from schedlib.ir.func import Func
 from schedlib.rules.base import Space
+from schedlib.search.checks import SkipTally, record_problem, time_problem
 from schedlib.search.records import COUNTED, INTERRUPTED, OK, RECORDS, config_key
+from schedlib.search.storage import (  # noqa: F401 - re-exported: the storage API predates its module
+    JOURNAL_SUFFIXES,
+    NoRecordError,
+    StorageError,
+    default_storage_path,
+    resolve_storage,
+    storage_errors,
+    storage_label,
+)
 
 SCHEMA_VERSION = 2  # 2: the knob-space digest joined the study name
 PREFIX = "schedlib"
 ATTR = "sl"  # all our per-trial data lives in this one user attribute: one storage write, not fifteen
-JOURNAL_SUFFIXES = (".log", ".journal")
 BACKEND_PREFERENCE = ("gpu", "replay", "estimate")  # apply_best's order when several backends recorded
-
-
-class NoRecordError(SchedlibError, LookupError):
-    """The database holds no usable record for this exact workload, device and schedlib version."""
 
 
 @dataclass(frozen=True)
@@ -101,68 +105,24 @@ def space_digest(space: Space) -> str:
     return content_hash(json.dumps([[k.name, [repr(v) for v in k.values]] for k in space.knobs]))[:12]
 
 
+def profile_digest(profile: HardwareProfile) -> str:
+    """Digest of a profile's numbers (not its name, aliases or sources): an estimate made from other
+    numbers - an edited copy of a profile under the same key - is another measurement."""
+    numbers = {k: v for k, v in profile.to_dict().items() if k not in ("name", "aliases", "source")}
+    return content_hash(json.dumps(numbers, sort_keys=True, default=str))[:12]
+
+
+def estimate_key(profile: HardwareProfile) -> str:
+    """The backend key of the estimate backend on ``profile``: the model's input is the profile itself."""
+    return f"estimate-{profile_digest(profile)}"
+
+
 def signature(func: Func) -> str:
     """The func's header line (name, buffers with shapes and dtypes) for messages."""
     return str(func).splitlines()[0].rstrip(":")
 
 
 # storage ----------------------------------------------------------------------------------------
-def default_storage_path() -> Path:
-    return cache_dir("tuning") / "tuning.sqlite3"
-
-
-def _sqlite_storage(url: str) -> RDBStorage:
-    """SQLite in WAL mode with ``synchronous=NORMAL``: a commit costs a few ms instead of tens (a trial is
-    about ten commits), readers never block the writer, and a killed process loses nothing it committed."""
-    import sqlalchemy
-
-    storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
-
-    @sqlalchemy.event.listens_for(storage.engine, "connect")
-    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-    storage.engine.dispose()  # connections opened before the listener existed are dropped
-    return storage
-
-
-def resolve_storage(storage: Any, create: bool = True) -> tuple[BaseStorage, Path | None]:
-    """The Optuna storage for ``storage`` and the path of its lock file (None: not file-based)."""
-    if isinstance(storage, BaseStorage):
-        return storage, None
-    if storage is None:
-        path = default_storage_path()
-    elif isinstance(storage, (str, os.PathLike)):
-        text = os.fspath(storage)
-        if text in ("memory", ":memory:"):
-            return InMemoryStorage(), None
-        if "://" in text:
-            if text.startswith("sqlite:///"):
-                path = Path(text.split(":///", 1)[1])
-                return _sqlite_storage(text), _lock_path(path)
-            return RDBStorage(text), None
-        path = Path(text).expanduser()
-    else:
-        raise TypeError(f"storage={storage!r}: expected None, a path, an SQLAlchemy URL, 'memory' or an "
-                        f"Optuna storage")
-    if not create and not path.exists():
-        raise NoRecordError(f"tuning storage {path} does not exist (nothing has been tuned into it)")
-    lock = _lock_path(path)
-    if path.suffix.lower() in JOURNAL_SUFFIXES:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path))), lock
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return _sqlite_storage(f"sqlite:///{path}"), lock
-
-
-def _lock_path(path: Path) -> Path:
-    # not "<path>.lock": Optuna's journal backend uses that name for its own symlink lock
-    return path.with_name(path.name + ".schedlib-lock")
-
-
 class StudyLock:
     """Mutual exclusion for proposing and claiming configs: an ``flock`` on a file next to a file-based
     storage (released by the kernel if the holder dies), else a process-local lock."""
@@ -199,17 +159,20 @@ class StudyLock:
 def open_study(storage: BaseStorage, key: TuningKey, func: Func, sampler: optuna.samplers.BaseSampler
                ) -> optuna.Study:
     """Create or continue the study for ``key``; the func text is stored to guard against hash collisions."""
-    study = optuna.create_study(storage=storage, study_name=key.study_name, sampler=sampler,
-                                direction="minimize", load_if_exists=True)
-    text = str(func)
-    stored = study.user_attrs.get("func_text")
-    if stored is None:
-        study.set_user_attr("func_text", text)
-        study.set_user_attr("signature", signature(func))
-        study.set_user_attr("key", key.__dict__)
-    elif stored != text:
-        raise SchedlibError(f"study {key.study_name} records a different func with the same hash; "
-                            f"refusing to mix records (stored: {stored.splitlines()[0]!r})")
+    label = storage_label(storage)
+    with storage_errors(label):
+        study = optuna.create_study(storage=storage, study_name=key.study_name, sampler=sampler,
+                                    direction="minimize", load_if_exists=True)
+        text = str(func)
+        stored = study.user_attrs.get("func_text")
+        if stored is None:
+            study.set_user_attr("func_text", text)
+            study.set_user_attr("signature", signature(func))
+            study.set_user_attr("key", key.__dict__)
+    if stored is not None and stored != text:
+        shown = stored.splitlines()[0] if isinstance(stored, str) and stored else stored
+        raise SchedlibError(f"study {key.study_name} in {label} records a different func with the same hash; "
+                            f"refusing to mix records (stored: {shown!r})")
     return study
 
 
@@ -252,7 +215,8 @@ def reap_interrupted(study: optuna.Study, stale_s: float, claims_locked: bool = 
     """
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        attrs = dict(t.user_attrs.get(ATTR) or {})
+        stored = t.user_attrs.get(ATTR)
+        attrs = dict(stored) if isinstance(stored, dict) else {}
         unclaimed_orphan = claims_locked and not attrs.get("worker")
         if not unclaimed_orphan and worker_alive(attrs.get("worker"), t.datetime_start, stale_s):
             continue
@@ -273,17 +237,24 @@ class Record:
 
 
 class RecordIndex:
-    """Which configs the study has recorded and which are being measured right now (any worker)."""
+    """Which configs the study has recorded and which are being measured right now (any worker).
 
-    def __init__(self, study: optuna.Study) -> None:
+    ``space``: when given, a record whose config is not a point of it is skipped (with one warning), as is
+    any record that ``tune`` could not have written (see :mod:`schedlib.search.checks`).
+    """
+
+    def __init__(self, study: optuna.Study, space: Space | None = None) -> None:
         self.study = study
+        self.space = space
         self.by_key: dict[str, Record] = {}
         self.running: dict[int, str | None] = {}
         self.counted = 0
         self._scan_from = 0
+        self.skipped = SkipTally(f"study {study.study_name} in {storage_label(study._storage)}")
 
     def refresh(self) -> None:
-        trials = self.study.get_trials(deepcopy=False)
+        with storage_errors(storage_label(self.study._storage)):
+            trials = self.study.get_trials(deepcopy=False)
         self.running = {}
         contiguous = True
         for t in trials[self._scan_from:]:  # trials are numbered 0, 1, ... in list order
@@ -294,7 +265,9 @@ class RecordIndex:
                 continue
             contiguous = False
             if t.state == TrialState.RUNNING:
-                self.running[t.number] = (t.user_attrs.get(ATTR) or {}).get("config_key")
+                attrs = t.user_attrs.get(ATTR)
+                self.running[t.number] = attrs.get("config_key") if isinstance(attrs, dict) else None
+        self.skipped.report()
 
     def note(self, number: int, status: str, time_us: float, config: dict[str, Any], key: str) -> None:
         """Record our own just-finished trial without re-reading the storage."""
@@ -304,12 +277,18 @@ class RecordIndex:
         self.running.pop(number, None)
 
     def _add(self, t: Any) -> None:
-        attrs = t.user_attrs.get(ATTR) or {}
-        key, status = attrs.get("config_key"), attrs.get("status")
-        if key is None or status not in RECORDS or key in self.by_key:
+        attrs = t.user_attrs.get(ATTR)
+        if attrs is None:
+            return  # not ours (or asked and never claimed)
+        why = record_problem(attrs, self.space)
+        if why is not None:
+            self.skipped.skip(f"trial {t.number}", why)
             return
-        time_us = float(attrs["time_us"]) if status == OK and attrs.get("time_us") is not None else math.inf
-        self.by_key[key] = Record(t.number, status, time_us, attrs["config"])
+        key, status = attrs.get("config_key"), attrs.get("status")
+        if status not in RECORDS or key in self.by_key:
+            return
+        time_us = float(attrs["time_us"]) if status == OK else math.inf
+        self.by_key[key] = Record(t.number, status, time_us, dict(attrs["config"]))
         self.counted += status in COUNTED
 
     def taken(self, exclude: int | None = None) -> set[str]:
@@ -329,44 +308,61 @@ class RecordIndex:
 
 
 def rebench_times(study: optuna.Study) -> dict[str, float]:
-    """config key -> re-benchmarked median time (only the GPU backend re-benchmarks)."""
+    """config key -> re-benchmarked median time (only the GPU backend re-benchmarks); bad entries skipped."""
     out = {}
+    skipped = SkipTally(f"study {study.study_name} in {storage_label(study._storage)}")
     for name, value in study.user_attrs.items():
-        if name.startswith("rebench:") and isinstance(value, dict) and value.get("time_us") is not None:
-            out[name[len("rebench:"):]] = float(value["time_us"])
+        if not name.startswith("rebench:"):
+            continue
+        t = value.get("time_us") if isinstance(value, dict) else value
+        if t is None:
+            continue  # the re-benchmark failed: the first measurement stands
+        why = time_problem(t)
+        if why is None:
+            out[name[len("rebench:"):]] = float(t)
+        else:
+            skipped.skip(f"attribute {name}", why)
+    skipped.report()
     return out
 
 
-def best_record(study: optuna.Study) -> Record | None:
-    """The fastest ok record; a re-benchmarked time replaces the first measurement where there is one."""
-    index = RecordIndex(study)
+def best_record(study: optuna.Study, space: Space | None = None) -> Record | None:
+    """The fastest ok record whose config is in ``space``; a re-benchmarked time replaces the first
+    measurement where there is one."""
+    index = RecordIndex(study, space)
     index.refresh()
-    rebench = rebench_times(study)
+    with storage_errors(storage_label(study._storage)):
+        rebench = rebench_times(study)
     ok = [r for r in index.by_key.values() if r.status == OK]
     if not ok:
         return None
     return min(ok, key=lambda r: rebench.get(config_key(r.config), r.time_us))
 
 
-def find_studies(storage: BaseStorage, func: Func, device: str, rule: str,
+def find_studies(storage: BaseStorage, func: Func, profile: HardwareProfile, rule: str,
                  space: str) -> tuple[list[TuningKey], list[str]]:
     """Keys of this exact workload and knob space in ``storage``, and one line per other recorded study of the
-    rule (another shape, device, version or knob space)."""
-    want = TuningKey.for_workload(func, device, rule, "*", space)
+    rule (another shape, device, version or knob space, or estimates made from other profile numbers)."""
+    want = TuningKey.for_workload(func, profile.key, rule, "*", space)
+    estimate = estimate_key(profile)
     matches, others = [], []
-    for summary in storage.get_all_studies():
+    with storage_errors(storage_label(storage)):
+        summaries = storage.get_all_studies()
+    for summary in summaries:
         key = TuningKey.parse(summary.study_name)
         if key is None or key.rule != rule:
             continue
         same = (key.space, key.workload, key.device, key.version, key.schema) == (
             want.space, want.workload, want.device, want.version, want.schema)
-        if same:
+        same_numbers = key.backend_kind() != "estimate" or key.backend == estimate
+        if same and same_numbers:
             matches.append(key)
         else:
             sig = summary.user_attrs.get("signature", "?")
             space_note = "" if key.space == space else ", another knob space"
+            numbers_note = "" if same_numbers else ", other profile numbers"
             others.append(f"{sig} on {key.device} (schedlib {key.version}, schema {key.schema}, {key.backend}"
-                          f"{space_note})")
+                          f"{space_note}{numbers_note})")
     rank = {k: i for i, k in enumerate(BACKEND_PREFERENCE)}
     matches.sort(key=lambda k: rank.get(k.backend_kind(), len(rank)))
     return matches, others

@@ -108,7 +108,14 @@ class Measurement:
 
 
 def _num(value: Any) -> float:
-    return math.inf if value is None else float(value)
+    """A stored time as a float; anything but a finite positive number (a damaged row) reads as inf."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return math.inf
+    return float(value)
+
+
+def _seconds(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
 
 def trial_rows(trials: Iterable[Any], knob_names: Sequence[str]) -> list[dict[str, Any]]:
@@ -116,7 +123,9 @@ def trial_rows(trials: Iterable[Any], knob_names: Sequence[str]) -> list[dict[st
     rows = []
     for t in trials:
         attrs = t.user_attrs.get("sl") or {}
-        if "config" not in attrs or "status" not in attrs:
+        if not isinstance(attrs, Mapping) or not isinstance(attrs.get("config"), Mapping) or "status" not in attrs:
+            continue  # not ours, or damaged: RecordIndex skips (and reports) the same rows
+        if attrs["status"] == OK and _num(attrs.get("time_us")) == math.inf:
             continue
         row: dict[str, Any] = {"number": t.number}
         config = attrs["config"]
@@ -126,8 +135,8 @@ def trial_rows(trials: Iterable[Any], knob_names: Sequence[str]) -> list[dict[st
             row[col] = attrs.get(col)
         for col in ("time_us", "p20_us", "p80_us"):
             row[col] = _num(attrs.get(col))
-        row["wall_s"] = float(attrs.get("wall_s") or 0.0)
-        row["overhead_s"] = float(attrs.get("overhead_s") or 0.0)
+        row["wall_s"] = _seconds(attrs.get("wall_s"))
+        row["overhead_s"] = _seconds(attrs.get("overhead_s"))
         row["config"] = config
         rows.append(row)
     return rows

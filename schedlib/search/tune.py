@@ -29,13 +29,12 @@ import pandas as pd
 from optuna.trial import TrialState
 from tqdm.auto import tqdm
 
-from schedlib.errors import SchedlibError
 from schedlib.hw import HardwareProfile, resolve
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
-from schedlib.rules import find_rule, get_rule
 from schedlib.rules.base import Config, Rule
 from schedlib.search.backends import Backend, make_backend
+from schedlib.search.checks import check_func, pick_rule
 from schedlib.search.codec import SpaceCodec
 from schedlib.search.cost_model import CostModel, Featurizer, informative, with_rule
 from schedlib.search.database import (
@@ -49,6 +48,8 @@ from schedlib.search.database import (
     rebench_times,
     resolve_storage,
     space_digest,
+    storage_errors,
+    storage_label,
     worker_id,
 )
 from schedlib.search.records import (
@@ -99,16 +100,6 @@ class TuneResult:
                 f"({ok} ok of {len(self.records)} records, {self.measured_now} measured now)")
 
 
-def _pick_rule(func: Func, profile: HardwareProfile, rule: Rule | str | None) -> Rule:
-    if rule is None:
-        return find_rule(func, profile)
-    chosen = get_rule(rule) if isinstance(rule, str) else rule
-    why = chosen.applies(func, profile)
-    if why is not None:
-        raise SchedlibError(f"rule {chosen.name} does not apply to {func.name}: {why}")
-    return chosen
-
-
 @contextlib.contextmanager
 def _quiet_optuna() -> Iterator[None]:
     level = optuna.logging.get_verbosity()
@@ -153,7 +144,7 @@ class _Tuner:
                  stale_s: float) -> None:
         self.func, self.profile, self.rule, self.backend = func, profile, rule, backend
         self.strategy, self.study, self.codec, self.model, self.lock = strategy, study, codec, model, lock
-        self.index = RecordIndex(study)
+        self.index = RecordIndex(study, codec.space)
         self.ctx = SearchContext(codec, self.index, model if strategy.uses_model else None, random.Random(seed))
         strategy.bind(self.ctx)
         self.worker = worker_id()
@@ -298,8 +289,13 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
         the search only ever asks the model which candidate is fastest) or ``"regression"`` (log-time, for
         a model whose predictions you want to read as times).
     """
-    if not isinstance(trials, int) or trials < 1:
+    check_func(func, "tune")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"tune: trials={trials!r}; expected an int >= 1")
+    if timeout_per_trial is not None and (isinstance(timeout_per_trial, bool)
+                                          or not isinstance(timeout_per_trial, (int, float))
+                                          or not 0 < timeout_per_trial < math.inf):
+        raise ValueError(f"tune: timeout_per_trial={timeout_per_trial!r}; expected a finite number of seconds > 0")
     if strategy not in STRATEGIES:
         raise ValueError(f"tune: unknown strategy {strategy!r}; expected one of {list(STRATEGIES)}")
     if model_objective not in ("rank", "regression"):
@@ -307,7 +303,7 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
     if features not in ("auto", "knobs"):
         raise ValueError(f"tune: features={features!r}; expected 'auto' or 'knobs'")
     profile = resolve(target)
-    chosen = _pick_rule(func, profile, rule)
+    chosen = pick_rule(func, profile, rule)
     codec = SpaceCodec(chosen.space(func, profile))
     if replay is not None:
         if backend not in ("replay", "estimate"):  # "estimate" is the default: replay= alone is enough
@@ -316,7 +312,7 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
     be = make_backend(backend, DEFAULT_TIMEOUT_S if timeout_per_trial is None else timeout_per_trial)
     if timeout_per_trial is not None and hasattr(be, "timeout_s"):
         be.timeout_s = float(timeout_per_trial)  # an explicit limit also applies to a backend instance
-    key = TuningKey.for_workload(func, profile.key, chosen.name, be.key, space_digest(codec.space))
+    key = TuningKey.for_workload(func, profile.key, chosen.name, be.study_key(profile), space_digest(codec.space))
     store, lock_path = resolve_storage(storage)
     strat = make_strategy(strategy, seed, screen)
     # The model starts screening after MODEL_MIN_TRAIN records: a rough ranking beats none so early.
@@ -327,7 +323,8 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
         tuner = _Tuner(func, profile, chosen, be, strat, study, codec, model, StudyLock(lock_path), seed,
                        stale_s=max(3600.0, 20 * float(getattr(be, "timeout_s", DEFAULT_TIMEOUT_S))))
         with tuner.lock.hold():
-            reap_interrupted(study, tuner.stale_s, claims_locked=tuner.lock.cross_process)
+            with storage_errors(storage_label(store)):  # the first full read of a study named in no error
+                reap_interrupted(study, tuner.stale_s, claims_locked=tuner.lock.cross_process)
             tuner.index.refresh()
             if warm_start:
                 _warm_start(study, func, profile, chosen, codec, tuner.index.taken(), topk)
@@ -357,7 +354,7 @@ def _result(tuner: _Tuner, strategy: str, key: TuningKey) -> TuneResult:
         tuner.model.fit([r.config for r in measured],
                         [r.time_us if r.status == OK else math.inf for r in measured])
     records = records_frame(study.get_trials(deepcopy=False), codec.names)
-    best = best_record(study)
+    best = best_record(study, codec.space)
     best_config = dict(best.config) if best else None
     best_time = rebench_times(study).get(codec.key(best.config), best.time_us) if best else math.inf
     schedule = tuner.rule.apply(tuner.func, tuner.profile, best_config) if best_config else None

@@ -14,6 +14,7 @@ import os
 from abc import ABC, abstractmethod
 from typing import Any
 
+from schedlib.hw import HardwareProfile
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Config, Rule
@@ -30,6 +31,11 @@ class Backend(ABC):
     def key(self) -> str:
         """Study-name component: backends whose measurements are interchangeable share a key."""
         return self.name
+
+    def study_key(self, target: HardwareProfile) -> str:
+        """The key of this backend's measurements on ``target``; a backend whose result depends on more
+        than the device's identity (the estimate: the profile's numbers) says so here."""
+        return self.key
 
     def open(self, func: Func, target: Any, rule: Rule) -> None:  # noqa: B027 - optional hook
         """Prepare for measuring configs of ``func`` on ``target`` (start workers, load tables)."""

@@ -1,8 +1,8 @@
 """The ``estimate`` backend: the carver's analytical model stands in for the GPU.
 
 Useful with no GPU at all, to exercise search end to end, and to build recorded spaces for the strategy
-benchmark.  Its times are predictions, so its records live in their own studies (key ``estimate``) and never
-pass for GPU measurements.
+benchmark.  Its times are predictions, so its records live in their own studies (key ``estimate-<digest of
+the profile's numbers>``) and never pass for GPU measurements, nor for estimates from other numbers.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import time
 from typing import Any
 
 from schedlib.errors import SchedlibError
+from schedlib.hw import HardwareProfile
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Config, Rule
 from schedlib.search.backends import Backend
+from schedlib.search.database import estimate_key
 from schedlib.search.records import Measurement
 
 
@@ -28,6 +30,10 @@ class EstimateBackend(Backend):
         self._estimate: Any = None
         self._func: Func | None = None
         self._target: Any = None
+
+    def study_key(self, target: HardwareProfile) -> str:
+        # the model's input is the profile: an edited copy under the same key predicts other times
+        return estimate_key(target)
 
     def open(self, func: Func, target: Any, rule: Rule) -> None:
         try:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from schedlib.cache import content_hash
@@ -41,18 +42,79 @@ def _number(value: Any) -> float:
     return out if math.isfinite(out) and out > 0 else math.inf
 
 
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or (
+        isinstance(value, str) and not value.strip())
+
+
+def _scalar(value: Any) -> Any:
+    """One knob value as the plain Python value it spells: CSV columns with a gap are read as floats
+    (16.0) and text columns as strings ("16", "true"), but a config's identity is its exact JSON text."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        for kind in (int, float):
+            try:
+                value = kind(text)
+                break
+            except ValueError:
+                continue
+        else:
+            return text
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def _normalize(records: Sequence[Mapping[str, Any]], where: str) -> list[dict[str, Any]]:
     out = []
     for i, rec in enumerate(records):
         if not isinstance(rec, Mapping) or not isinstance(rec.get("config"), Mapping):
             raise SchedlibError(f"replay recording {where}: record {i} has no 'config' object")
-        t = _number(rec.get("time_us", rec.get("time")))
+        config = {str(k): v for k, v in rec["config"].items()}
+        gaps = [k for k, v in config.items() if _blank(v)]
+        if gaps:
+            raise SchedlibError(f"replay recording {where}: record {i} has no value for knob(s) {gaps}")
+        try:
+            t = _number(rec.get("time_us", rec.get("time")))
+            p20, p80 = _number(rec.get("p20_us", t)), _number(rec.get("p80_us", t))
+        except (TypeError, ValueError):
+            raise SchedlibError(f"replay recording {where}: record {i} ({config}): time_us="
+                                f"{rec.get('time_us', rec.get('time'))!r} is not a number") from None
         status = rec.get("status") or (OK if math.isfinite(t) else "error")
+        if not isinstance(status, str):
+            raise SchedlibError(f"replay recording {where}: record {i}: status={status!r} is not a string")
         if status == OK and not math.isfinite(t):
             raise SchedlibError(f"replay recording {where}: record {i} is ok but has no positive time")
-        out.append({"config": plain_config(rec["config"]), "time_us": t, "status": status,
-                    "p20_us": _number(rec.get("p20_us", t)), "p80_us": _number(rec.get("p80_us", t))})
+        out.append({"config": {k: _scalar(v) for k, v in config.items()}, "time_us": t, "status": status,
+                    "p20_us": p20, "p80_us": p80})
     return out
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)  # text in: each row is typed on its own
+    except pd.errors.EmptyDataError:
+        raise SchedlibError(f"replay recording {path} is empty (expected a header row and records)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
+        raise SchedlibError(f"replay recording {path} is not a readable CSV file "
+                            f"({type(exc).__name__}: {str(exc).strip()[:200]})") from None
+    time_col = "time_us" if "time_us" in frame else "time" if "time" in frame else None
+    if time_col is None:
+        raise SchedlibError(f"replay recording {path}: CSV needs a time_us (or time) column")
+    knobs = [c for c in frame.columns if c not in ("time_us", "time", "status", "p20_us", "p80_us")]
+    records = []
+    for row in frame.to_dict("records"):
+        if all(_blank(row[k]) for k in knobs):
+            continue  # a blank line (or one with nothing but a time) is no record
+        status = row.get("status", "").strip() or None
+        records.append({"config": {k: row[k] for k in knobs}, "time_us": row[time_col], "status": status})
+    if not records:
+        raise SchedlibError(f"replay recording {path} holds no records")
+    return records
 
 
 def read_recording(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -61,19 +123,13 @@ def read_recording(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not path.is_file():
         raise SchedlibError(f"replay recording {path} does not exist")
     if path.suffix.lower() == ".csv":
-        frame = pd.read_csv(path)
-        time_col = "time_us" if "time_us" in frame else "time" if "time" in frame else None
-        if time_col is None:
-            raise SchedlibError(f"replay recording {path}: CSV needs a time_us (or time) column")
-        knobs = [c for c in frame.columns if c not in ("time_us", "time", "status", "p20_us", "p80_us")]
-        records = [{"config": {k: row[k] for k in knobs}, "time_us": row[time_col],
-                    "status": row.get("status") if isinstance(row.get("status"), str) else None}
-                   for row in frame.to_dict("records")]
-        return {"meta": {}, "records": _normalize(records, str(path))}
+        return {"meta": {}, "records": _normalize(_read_csv(path), str(path))}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise SchedlibError(f"replay recording {path} is not valid JSON ({exc})") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        raise SchedlibError(f"replay recording {path} cannot be read as UTF-8 JSON ({exc})") from None
     if isinstance(data, list):
         return {"meta": {}, "records": _normalize(data, str(path))}
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
@@ -146,11 +202,20 @@ class ReplayBackend(Backend):
         if recorded is not None and recorded != workload_hash(func):
             raise SchedlibError(f"replay recording {self.where} was made for "
                                 f"{self.meta.get('signature', recorded)}, not for {signature(func)}")
-        names = set(rule.space(func, target).names)
+        space = rule.space(func, target)
+        names = set(space.names)
         some = next(iter(self.table.values()), None)
         if some is not None and set(some["config"]) != names:
             raise SchedlibError(f"replay recording {self.where} has knobs {sorted(some['config'])}; the "
                                 f"{rule.name} space has {sorted(names)}")
+        # text knobs whose values look like numbers ("4") were read as numbers: give them the space's values
+        spelled = {k.name: {str(v): v for v in k.values} for k in space.knobs}
+        table = {}
+        for rec in self.table.values():
+            rec["config"] = {k: v if v in spelled.get(k, {}).values() else spelled.get(k, {}).get(str(v), v)
+                             for k, v in rec["config"].items()}
+            table.setdefault(config_key(rec["config"]), rec)
+        self.table = table
 
     def measure(self, config: Config, schedule: Schedule | None) -> Measurement:
         start = time.perf_counter()

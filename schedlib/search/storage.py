@@ -1,0 +1,192 @@
+"""Opening a tuning storage, and turning its failures into errors that name it.
+
+``None`` is an SQLite file in the per-user cache (``cache_dir("tuning")``); a path ending in
+``.log``/``.journal`` is an Optuna JournalStorage file; any string with ``://`` is an SQLAlchemy URL; any
+other path is an SQLite file; ``"memory"`` is a throw-away in-memory storage; an Optuna storage object is
+used as is.
+
+Why the wrapping: SQLAlchemy and Optuna report a damaged or mistyped storage as ``DatabaseError: file is not
+a database`` or ``Expecting ':' delimiter``, naming neither the file nor what to do.  Everything that can go
+wrong while opening or reading a storage comes out as :class:`StorageError` with the storage spelled out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from optuna.storages import BaseStorage, InMemoryStorage, JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+
+from schedlib.cache import cache_dir
+from schedlib.errors import SchedlibError
+
+JOURNAL_SUFFIXES = (".log", ".journal")
+
+
+class NoRecordError(SchedlibError, LookupError):
+    """The database holds no usable record for this exact workload, device and schedlib version."""
+
+
+class StorageError(SchedlibError):
+    """A tuning storage cannot be opened or read (missing directory, not a database, corrupt journal)."""
+
+
+def default_storage_path() -> Path:
+    return cache_dir("tuning") / "tuning.sqlite3"
+
+
+def lock_path(path: Path) -> Path:
+    # not "<path>.lock": Optuna's journal backend uses that name for its own symlink lock
+    return path.with_name(path.name + ".schedlib-lock")
+
+
+def storage_label(storage: Any) -> str:
+    """A human name for a storage object: its file or URL (password hidden)."""
+    inner = getattr(storage, "_backend", storage)  # Optuna wraps an RDBStorage in a caching layer
+    if isinstance(inner, RDBStorage):
+        return _safe_url(inner.url)
+    if isinstance(inner, JournalStorage):
+        path = getattr(inner._backend, "_file_path", None)
+        return str(path) if path else "journal storage"
+    if isinstance(inner, InMemoryStorage):
+        return "in-memory storage"
+    return type(storage).__name__
+
+
+def _safe_url(url: str) -> str:
+    import sqlalchemy
+
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL carries no password we could hide
+        return url
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What SQLAlchemy and Optuna raise for unreadable data (a bad row's JSON is decoded by Optuna)."""
+    import sqlalchemy
+
+    return (sqlalchemy.exc.SQLAlchemyError, json.JSONDecodeError, UnicodeDecodeError)
+
+
+@contextlib.contextmanager
+def storage_errors(label: str) -> Iterator[None]:
+    """Re-raise failures of reading the storage ``label`` as :class:`StorageError` naming it."""
+    try:
+        yield
+    except _read_errors() as exc:
+        raise StorageError(f"tuning storage {label} cannot be read: {_reason(exc)}; repair it, or delete it "
+                           f"(its records are lost) and tune again") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)  # SQLAlchemy's wrapper: the driver's message is the useful part
+    text = str(orig if orig is not None else exc).strip().splitlines()
+    what = text[0] if text else ""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"a stored value is not valid JSON ({what})"
+    return f"{type(orig or exc).__name__}: {what}"
+
+
+def _sqlite_storage(url: str) -> RDBStorage:
+    """SQLite in WAL mode with ``synchronous=NORMAL``: a commit costs a few ms instead of tens (a trial is
+    about ten commits), readers never block the writer, and a killed process loses nothing it committed."""
+    import sqlalchemy
+
+    storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+
+    @sqlalchemy.event.listens_for(storage.engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    storage.engine.dispose()  # connections opened before the listener existed are dropped
+    return storage
+
+
+def _check_file(path: Path, create: bool, label: str) -> None:
+    if path.is_dir():
+        raise StorageError(f"tuning storage {label} is a directory; give a file path (e.g. {path / 'tuning.db'})")
+    if not create and not path.exists():
+        raise NoRecordError(f"tuning storage {label} does not exist (nothing has been tuned into it)")
+
+
+def _first_bad_journal_line(path: Path) -> str:
+    """Where a journal stops being JSON lines, for the message (Optuna's error names no line)."""
+    with contextlib.suppress(OSError), open(path, "rb") as fh:
+        for n, line in enumerate(fh, start=1):
+            try:
+                json.loads(line)
+            except ValueError:
+                return f"line {n} is not a JSON record: {line[:80]!r}"
+    return "it is not a list of JSON records"
+
+
+def _open_journal(path: Path) -> JournalStorage:
+    try:
+        return JournalStorage(JournalFileBackend(str(path)))
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise StorageError(f"tuning storage {path} cannot be read: {_first_bad_journal_line(path)} "
+                           f"({type(exc).__name__}: {exc}); repair or delete the file") from exc
+    except OSError as exc:
+        raise StorageError(f"tuning storage {path} cannot be opened: {exc.strerror or exc}") from exc
+
+
+def _open_url(text: str, create: bool) -> tuple[BaseStorage, Path | None]:
+    label = _safe_url(text)
+    path = None
+    if text.startswith("sqlite:///"):
+        path = Path(text.split(":///", 1)[1])
+        if path.name:  # "sqlite:///" alone is SQLite's in-memory database
+            _check_file(path, create, label)
+    try:
+        storage = _sqlite_storage(text) if text.startswith("sqlite:") else RDBStorage(text)
+    except _read_errors() as exc:
+        raise StorageError(f"tuning storage {label} cannot be opened: {_reason(exc)}") from exc
+    except (ImportError, ValueError) as exc:  # a missing database driver, a malformed URL
+        raise StorageError(f"tuning storage {label} cannot be opened: {type(exc).__name__}: {exc}") from exc
+    return storage, lock_path(path) if path is not None and path.name else None
+
+
+def resolve_storage(storage: Any, create: bool = True) -> tuple[BaseStorage, Path | None]:
+    """The Optuna storage for ``storage`` and the path of its lock file (None: not file-based).
+
+    ``create=False`` (apply_best) never creates a file: a missing one is a :class:`NoRecordError`.
+    """
+    if isinstance(storage, BaseStorage):
+        return storage, None
+    if storage is None:
+        path = default_storage_path()
+    elif isinstance(storage, (str, os.PathLike)):
+        text = os.fspath(storage)
+        if not text.strip():
+            raise ValueError(f"storage={storage!r} is empty; give None (the default database), a path, "
+                             f"an SQLAlchemy URL or 'memory'")
+        if text in ("memory", ":memory:"):
+            return InMemoryStorage(), None
+        if "://" in text:
+            return _open_url(text, create)
+        path = Path(text).expanduser()
+    else:
+        raise TypeError(f"storage={storage!r}: expected None, a path, an SQLAlchemy URL, 'memory' or an "
+                        f"Optuna storage")
+    _check_file(path, create, str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"tuning storage {path}: cannot create its directory {path.parent} "
+                           f"({exc.strerror or exc})") from exc
+    if path.suffix.lower() in JOURNAL_SUFFIXES:
+        return _open_journal(path), lock_path(path)
+    try:
+        return _sqlite_storage(f"sqlite:///{path}"), lock_path(path)
+    except _read_errors() as exc:
+        raise StorageError(f"tuning storage {path} cannot be opened as an SQLite database: {_reason(exc)}"
+                           ) from exc
