@@ -197,10 +197,12 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
             # mma operands: each warp reads its warp tile's rows per k with ldmatrix (16 bytes per lane and
             # instruction, no 4-byte slot per element), and the tile arrives by 16-byte cp.async.  wgmma reads
             # them once per warpgroup of 4 warps (the Tiling's warp_tile is then the warpgroup's tile).
+            # Fed by the TMA, the copy costs one thread a few instructions per tile instead of every thread one
+            # per 16 bytes.
             warps = threads / profile.warp_size / (4 if tiling.warpgroup else 1)
             frag_bytes = warps * math.prod(warp_tile.get(a, 1) for a in spatial) * acc.nbytes * reduce_per_thread
             port_block += frag_bytes + t.block_bytes
-            mem_instr_block += (frag_bytes + t.block_bytes) / 16
+            mem_instr_block += (frag_bytes + (0 if tiling.tma else t.block_bytes)) / 16
             continue
         frag = math.prod(thread_tile.get(a, 1) for a in spatial)
         # register loads, one per element; at least the block's footprint (a Tiling without a thread

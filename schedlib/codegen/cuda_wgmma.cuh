@@ -104,4 +104,36 @@ SL_WGMMA(256, bf16)
 #undef SL_WG_D256_
 #undef SL_WG_D32
 #undef SL_WG_D8
+
+// ---- transaction barriers (mbarrier) and TMA tensor copies (sl_emu_tma.h emulates them) ----
+// The tensor map is the driver's 128-byte CUtensorMap, copied to global memory by the runtime and passed as
+// a pointer; the kernel acquires it for the tensor-map proxy once before its first copy.
+__device__ __forceinline__ void sl_mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(sl_smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the asynchronous proxy (the TMA unit completes their bytes).
+__device__ __forceinline__ void sl_mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void sl_mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(sl_smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void sl_mbar_wait(unsigned long long* bar, unsigned parity) {
+  const unsigned addr = sl_smem_addr(bar);
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void sl_tmap_acquire(const unsigned long long* tmap) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" :: "l"(tmap) : "memory");
+}
+__device__ __forceinline__ void sl_tma_load_3d(void* dst, const unsigned long long* tmap, int c0, int c1, int c2,
+                                               unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+               "[%0], [%1, {%2, %3, %4}], [%5];\n"
+               :: "r"(sl_smem_addr(dst)), "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(sl_smem_addr(bar)) : "memory");
+}
 #endif  // __CUDACC__

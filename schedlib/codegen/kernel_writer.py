@@ -41,6 +41,19 @@ class _Ctx:
 
 
 @dataclass(frozen=True)
+class TensorMapSpec:
+    """A launch parameter that is a TMA tensor map of ``buffer`` (a 2-byte-element array viewed as
+    ``[batch, rows, cols]``): boxes of ``box`` elements (innermost first), rows swizzled over ``swizzle`` bytes.
+    The runtime builds it from the array it launches with (the driver's encoding on the GPU, the emulator's own
+    layout on the CPU)."""
+
+    param: str
+    buffer: str
+    box: tuple[int, int, int]
+    swizzle: int
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     name: str
     grid: tuple[Expr, Expr, Expr]
@@ -48,6 +61,7 @@ class KernelSpec:
     params: tuple[str, ...]
     dynamic_smem: int
     static_smem: int
+    tensor_maps: tuple[TensorMapSpec, ...] = ()
 
 
 class KernelWriter(CrossThreadReduction):

@@ -9,6 +9,7 @@ from schedlib.codegen.cuda_expr import HELPERS
 from schedlib.codegen.kernel_writer import KernelSpec, KernelWriter
 from schedlib.codegen.layout import check_index_range
 from schedlib.codegen.tensor_core import TensorCoreWriter, is_tensor_core_root
+from schedlib.codegen.tma import WgmmaTmaWriter, uses_tma
 from schedlib.codegen.wgmma import ARCH as WGMMA_ARCH
 from schedlib.codegen.wgmma import WgmmaWriter, uses_wgmma
 from schedlib.errors import BuildError
@@ -51,7 +52,7 @@ def generate(func: Func) -> CudaModule:
         writer = KernelWriter
         if is_tensor_core_root(root):
             hopper = hopper or uses_wgmma(root)
-            writer = WgmmaWriter if uses_wgmma(root) else TensorCoreWriter
+            writer = (WgmmaTmaWriter if uses_tma(root) else WgmmaWriter) if uses_wgmma(root) else TensorCoreWriter
         text, spec = writer(func, root, names).write()
         texts.append(text)
         specs.append(spec)

@@ -165,25 +165,25 @@ class WgmmaWriter(TensorCoreWriter):
         s = p.stages
         in_flight = 1 if s >= 3 else 0  # wgmma groups left running across a step
         ahead = s - 1 - in_flight  # tiles requested ahead of the one being multiplied
+        self._ring_setup()
         if ahead:
             self.loop("sl_s", ahead)
             self.emit("if (sl_s < sl_ktiles) sl_load(sl_s, sl_s);")
-            self.emit("sl_cp_async_commit();")
+            self._commit()
             self.close()
         self.open(f"for (int {ko} = 0; {ko} < sl_ktiles; ++{ko})")
         self.emit(f"const int sl_stage = {ko} % {s};")
         if not ahead:
             self.emit("__syncthreads();  // the previous step's wgmmas, complete in every warpgroup, read this slot")
             self.emit(f"sl_load(sl_stage, {ko});")
-            self.emit("sl_cp_async_commit();")
-        self.emit(f"sl_cp_async_wait<{max(ahead - 1, 0)}>();")
-        self.emit("sl_fence_proxy_async();  // generic-proxy writes, read next by the tensor cores")
+            self._commit()
+        self._arrival(ko, ahead)
         self.emit("__syncthreads();")
         if ahead:
             # slot (kt + ahead) % s last fed the wgmmas of step kt + ahead - s <= kt - 1 - in_flight, which every
             # warpgroup has waited for before the barrier above
             self.emit(f"if ({ko} + {ahead} < sl_ktiles) sl_load(({ko} + {ahead}) % {s}, {ko} + {ahead});")
-            self.emit("sl_cp_async_commit();")
+            self._commit()
         self._mma_step()
         self.emit(f"sl_wgmma_wait<{in_flight}>();")
         self.close()
@@ -195,6 +195,19 @@ class WgmmaWriter(TensorCoreWriter):
         else:
             self._epilogue()
         return self._assemble_wgmma(threads, smem)
+
+    # the ring's synchronisation: cp.async groups here, mbarrier phases in the TMA writer -----------
+    def _ring_setup(self) -> None:
+        """Before the first request."""
+
+    def _commit(self) -> None:
+        """After each request of one k step's tiles."""
+        self.emit("sl_cp_async_commit();")
+
+    def _arrival(self, ko: str, ahead: int) -> None:
+        """Until this thread sees step ``ko``'s tiles in slot ``sl_stage`` (the barrier after it publishes them)."""
+        self.emit(f"sl_cp_async_wait<{max(ahead - 1, 0)}>();")
+        self.emit("sl_fence_proxy_async();  // generic-proxy writes, read next by the tensor cores")
 
     def _stage_chunk(self) -> int | None:
         """Output elements per 16-byte chunk when the tile can be written out in chunks (None: it cannot)."""

@@ -127,6 +127,7 @@ class Tiling:
     raster: int = 1
     shared_buffers: tuple[str, ...] | None = None
     warpgroup: bool = False  # tensor cores driven by Hopper wgmma (else mma.sync)
+    tma: bool = False  # operand tiles requested by one thread through the TMA (else copied by every thread)
 
 
 class Rule(ABC):
@@ -136,7 +137,7 @@ class Rule(ABC):
 
     # Methods that take a target: users call ``rule.space(f, "h100")`` as readily as the library passes a
     # resolved profile, so every subclass's versions accept anything ``hw.resolve`` does.
-    _TARGET_METHODS = ("space", "default_config", "tiling", "applies")
+    _TARGET_METHODS = ("space", "default_config", "tiling", "applies", "template_default")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -138,7 +138,7 @@ class MatmulRule(Rule):
             return None
 
         def check(c: Config) -> str | None:
-            if c["tensor_core"] == wg.INSTRUCTION:
+            if wg.is_wgmma(c["tensor_core"]):
                 return layout_why or wg.check(c, facts, target)
             exclusive = wg.exclusive_reason(c) if hopper else None
             if exclusive:
@@ -158,8 +158,9 @@ class MatmulRule(Rule):
             Knob("vector", (1, 2, 4), "elements per thread per copy into shared memory (SIMT)"),
             Knob("split_k", (1,), "reduction split across blocks (1: off)"),
             Knob("stages", tc.STAGES if tc_knobs else (1,), "cp.async pipeline depth (tensor cores)"),
-            Knob("tensor_core", (False, True, *((wg.INSTRUCTION,) if hopper else ())) if has_tc else (False,),
-                 "tensor cores: False (SIMT), True (mma.sync), 'wgmma' (Hopper warpgroup MMA, sm_90a)"),
+            Knob("tensor_core", (False, True, *((wg.INSTRUCTION, wg.TMA_TEMPLATE) if hopper else ())) if has_tc
+                 else (False,), "tensor cores: False (SIMT), True (mma.sync), 'wgmma' (Hopper warpgroup MMA, "
+                 "sm_90a), 'wgmma_tma' (the same fed by the TMA)"),
             Knob("raster", tc.RASTER if tc_knobs else (1,), "block rows walked together for L2 reuse (tensor cores)"),
         ), check)
 
@@ -186,7 +187,7 @@ class MatmulRule(Rule):
         values = space.knob("tensor_core").values
         if template is not None and template not in values:
             raise ValueError(f"tensor_core={template!r} is not in this matmul's space (it has {list(values)})")
-        wanted = [v for v in (wg.INSTRUCTION, True, False) if v in values and (template is None or v == template)]
+        wanted = [v for v in (*wg.TEMPLATES, True, False) if v in values and (template is None or v == template)]
         facts = self._facts(func)
         M = const_or(facts.extents[facts.m], 4096)
         N = const_or(facts.extents[facts.n], 4096)
@@ -199,11 +200,12 @@ class MatmulRule(Rule):
                 bm //= 2
             else:
                 bn //= 2
-        sizing = {wg.INSTRUCTION: wg.default, True: tc.default}  # the tensor-core templates' own sizing
         for value in wanted:
             if value is False:
                 continue
-            config = sizing[value](facts, target, (bm, bn))
+            # the tensor-core templates' own sizing
+            config = wg.default(facts, target, (bm, bn), value) if wg.is_wgmma(value) else tc.default(
+                facts, target, (bm, bn))
             for candidate in (config, {**config, "raster": 1}):
                 if space.is_legal(candidate):
                     return candidate
@@ -225,7 +227,7 @@ class MatmulRule(Rule):
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
         facts = self._facts(func)
-        if config["tensor_core"] == wg.INSTRUCTION:
+        if wg.is_wgmma(config["tensor_core"]):
             return wg.tiling(facts, config)
         if config["tensor_core"]:
             return tc.tiling(facts, config)

@@ -217,8 +217,11 @@ def schedule(func: Func, facts: Any, config: Config) -> Schedule:
     s.bind(lane, "threadIdx.x")
     # The write-back (and the fused epilogue) per warp tile; codegen gives each element to its owning lane.
     stage_operands_and_epilogue(s, facts, C, wx, ko)
-    # "wgmma" configs lower the same nest to Hopper warpgroup MMA (see matmul_wgmma)
-    s.annotate(C, "tensor_core", "wgmma" if config["tensor_core"] == "wgmma" else MMA_SHAPE)
+    # "wgmma" configs lower the same nest to Hopper warpgroup MMA (see matmul_wgmma), "wgmma_tma" fed by the TMA
+    hopper = config["tensor_core"] in ("wgmma", "wgmma_tma")
+    s.annotate(C, "tensor_core", "wgmma" if hopper else MMA_SHAPE)
+    if config["tensor_core"] == "wgmma_tma":
+        s.annotate(C, "loader", "tma")
     s.annotate(ko, "pipeline_stages", config["stages"])
     s.annotate(by, "raster", config["raster"])
     return s

@@ -10,6 +10,10 @@ unchanged); what differs is the instruction codegen lowers it to (:mod:`schedlib
   ``block_k`` is 16, 32 or 64 (K-major rows of 32/64/128 bytes) and every ring slot is 1 KiB-aligned;
 * the ring may use the opt-in shared memory (up to 227 KiB on H100), so 4 stages of 128x256x64 fit.
 
+Its second value, ``tensor_core="wgmma_tma"``, is the same kernel with the ring fed by the Tensor Memory
+Accelerator (:mod:`schedlib.codegen.tma`): one thread requests each k step's tiles, mbarriers track their
+bytes, and the other threads no longer spend issue slots on copies.  It is the Hopper default.
+
 This template owns ``block_n=256``, ``block_k=64`` and ``thread_n`` 32/64 in the shared space: the SIMT and
 mma.sync templates refuse them, so no two legal points build the same kernel.
 """
@@ -24,6 +28,8 @@ from schedlib.rules.analysis import const_or
 from schedlib.rules.base import Config, Tiling
 
 INSTRUCTION = "wgmma"
+TMA_TEMPLATE = "wgmma_tma"  # the same kernel, operand tiles requested through the TMA
+TEMPLATES = (TMA_TEMPLATE, INSTRUCTION)  # the knob values of this file, preferred first
 MIN_CC = (9, 0)
 WARPGROUP_ROWS = 64
 N_VALUES = (16, 32, 64, 128, 256)  # wgmma N = warp tile width = 4 * thread_n
@@ -34,6 +40,11 @@ REGISTER_OVERHEAD = 48  # descriptors, copy indices, loop counters (per thread)
 EXCLUSIVE = {"block_n": (256,), "block_k": (64,), "thread_n": (32, 64)}  # knob values only wgmma configs take
 
 
+def is_wgmma(value: Any) -> bool:
+    """Whether a ``tensor_core`` knob value is one of this file's templates."""
+    return isinstance(value, str) and value in TEMPLATES
+
+
 def available(target: HardwareProfile) -> bool:
     """Whether the target has Hopper warpgroup MMA (the profile lists it, compute capability 9.0)."""
     return INSTRUCTION in target.tensor_core_shapes and target.cc >= MIN_CC
@@ -41,10 +52,12 @@ def available(target: HardwareProfile) -> bool:
 
 def shared_bytes(c: Config, in_bytes: int) -> int:
     """The dynamic allocation: each operand's slots rounded to 1 KiB times the stages, or the output tile staged
-    over them after the mainloop if that is larger, plus alignment slack."""
+    over them after the mainloop if that is larger, plus alignment slack (and, fed by TMA, one 8-byte mbarrier
+    per slot after them)."""
     slot = sum(-(-rows * c["block_k"] * in_bytes // ALIGN) * ALIGN for rows in (c["block_m"], c["block_n"]))
     staged = c["block_m"] * (c["block_n"] * 4 + STAGE_ROW_PAD)  # as codegen.wgmma.staging_bytes
-    return max(c["stages"] * slot, staged) + ALIGN
+    barriers = 8 * c["stages"] if c["tensor_core"] == TMA_TEMPLATE else 0
+    return max(c["stages"] * slot, staged) + barriers + ALIGN
 
 
 def registers(c: Config) -> int:
@@ -65,6 +78,8 @@ def check(c: Config, facts: Any, target: HardwareProfile) -> str | None:
     bm, bn, bk, tm, tn = c["block_m"], c["block_n"], c["block_k"], c["thread_m"], c["thread_n"]
     if c["vector"] != 1:
         return "vector is the SIMT copy width; wgmma configs copy 16 bytes with cp.async and keep vector=1"
+    if c["tensor_core"] == TMA_TEMPLATE and len(facts.batch) > 1:
+        return f"{len(facts.batch)} batch axes; the TMA tensor maps here take at most one"
     if tm != 2:
         return f"a wgmma warp tile is 16 rows (thread_m=2; 4 warps make the 64-row warpgroup), got thread_m={tm}"
     wn = 4 * tn
@@ -86,7 +101,7 @@ def check(c: Config, facts: Any, target: HardwareProfile) -> str | None:
     return tc.fit_reason(c, facts, target, threads, registers(c))
 
 
-def default(facts: Any, target: HardwareProfile, tile: tuple[int, int]) -> Config:
+def default(facts: Any, target: HardwareProfile, tile: tuple[int, int], template: str = TMA_TEMPLATE) -> Config:
     """Two warpgroups of 64 x block_n over a 128-row tile, 64-wide k steps (128-byte rows), and the deepest
     ring the opt-in shared memory holds (at most 4): 128x256x64 in 4 stages on a large problem.  Smaller
     problems take 64 rows, and the columns of ``tile`` (the SIMT/mma sizing, at least 64)."""
@@ -97,7 +112,7 @@ def default(facts: Any, target: HardwareProfile, tile: tuple[int, int]) -> Confi
     k = const_or(facts.extents[facts.k], 4096)
     bk = 64 if k >= 64 else 32 if k >= 32 else 16
     config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": 2, "thread_n": bn // 4, "vector": 1,
-              "split_k": 1, "stages": 1, "tensor_core": INSTRUCTION, "raster": 1}
+              "split_k": 1, "stages": 1, "tensor_core": template, "raster": 1}
     limit = target.max_shared_per_block(opt_in=True)
     k_steps = -(-k // bk)
     config["stages"] = max([s for s in tc.STAGES if shared_bytes({**config, "stages": s}, facts.in_bytes) <= limit
@@ -114,4 +129,5 @@ def tiling(facts: Any, config: Config) -> Tiling:
     group = {facts.m: WARPGROUP_ROWS, facts.n: 4 * config["thread_n"]}
     return Tiling(base.main_block, base.block_tile, base.thread_tile, base.step, base.threads,
                   shared_bytes(config, facts.in_bytes), registers(config), base.vector, base.stages, base.split_k,
-                  True, group, base.raster, base.shared_buffers, warpgroup=True)
+                  True, group, base.raster, base.shared_buffers, warpgroup=True,
+                  tma=config["tensor_core"] == TMA_TEMPLATE)

@@ -15,12 +15,14 @@ from typing import Any
 import numpy as np
 
 from schedlib.codegen import CudaModule, generate
+from schedlib.codegen.kernel_writer import TensorMapSpec
 from schedlib.codegen.layout import check_index_range
 from schedlib.errors import BuildError, CompileError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.expr import Expr
 from schedlib.ir.func import Func
 from schedlib.ir.reference import bind_symbols, evaluate_int
+from schedlib.runtime.tensor_map import TensorMapRequest
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class LaunchSpec:
     block: tuple[int, int, int]
     dynamic_smem: int
     params: tuple[str, ...]
+    tensor_maps: tuple[TensorMapSpec, ...] = ()  # parameters the runtime fills with TMA tensor maps
 
     def grid_for(self, symbols: Mapping[str, int]) -> tuple[int, int, int]:
         g = tuple(max(evaluate_int(e, symbols), 1) for e in self.grid)
@@ -47,7 +50,7 @@ class Kernel:
         self.arch = arch
         self.target = target
         self.launch: tuple[LaunchSpec, ...] = tuple(
-            LaunchSpec(k.name, k.grid, k.block, k.dynamic_smem, k.params) for k in module.kernels)
+            LaunchSpec(k.name, k.grid, k.block, k.dynamic_smem, k.params, k.tensor_maps) for k in module.kernels)
         self._gpu_functions: list[Any] | None = None
 
     @property
@@ -106,6 +109,9 @@ class Kernel:
             shape = tuple(evaluate_int(d, symbols) for d in buf.shape)
             args[buf.name] = np.zeros(shape, dtype=np.uint16 if buf.dtype == "bfloat16" else numpy_dtype(buf.dtype))
         args.update({f"${s}": int(v) for s, v in symbols.items()})  # symbol parameters are keyed "$name"
+        for spec in self.launch:  # encoded by the emulator from the arrays it launches with
+            for tm in spec.tensor_maps:
+                args[tm.param] = TensorMapRequest(tm.buffer, self.func.buffer(tm.buffer).dtype, tm.box, tm.swizzle)
         launches = [KernelLaunch(spec.name, spec.grid_for(symbols), spec.block, spec.params, spec.dynamic_smem)
                     for spec in self.launch]
         emulate(self.source, launches, args, bounds_check=bounds_check, threads=threads)

@@ -25,8 +25,8 @@ def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None
     proc, out = suite(tmp_path, "--only", "matmul_fp16_4096", "row_sum_4096")
     df = pd.read_csv(out / "gpu_suite.csv")
     fp16 = df[df["workload"] == "matmul_fp16_4096"]
-    assert list(fp16["method"]) == ["rule", "carver", "carver_best_of_k", "search", "rule[tensor_core=True]",
-                                    "vendor"]
+    assert list(fp16["method"]) == ["rule", "carver", "carver_best_of_k", "search", "rule[tensor_core=wgmma]",
+                                    "rule[tensor_core=True]", "vendor"]
     assert "rule[tensor_core=True]" not in set(df[df["workload"] == "row_sum_4096"]["method"])
     assert (df[df["method"] != "vendor"]["source"] == "estimated").all()
     page = (out / "gpu_suite.md").read_text()
@@ -35,7 +35,8 @@ def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None
     # the tensor-core self-check ran first, in its own process (a dry run: one case per template, emulated)
     assert "tensor-core self-check: ok in" in proc.stdout
     assert "## Tensor-core self-check" in page
-    assert "| wgmma | nn_f16 | True |" in page and "| True | nn_f16 | True |" in page
+    assert "| wgmma_tma | nn_f16 | True |" in page and "| wgmma | nn_f16 | True |" in page
+    assert "| True | nn_f16 | True |" in page
 
 
 def test_a_workload_past_its_time_limit_is_reported_and_the_budget_is_kept(tmp_path: Path) -> None:

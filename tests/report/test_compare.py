@@ -15,10 +15,11 @@ cmp = importlib.import_module("schedlib.report.compare")  # the package re-expor
 
 def test_template_rows_put_mma_sync_next_to_the_wgmma_default() -> None:
     f = sl.workloads.matmul(4096, 4096, 4096, "float16")
-    df = compare([f], "h100", methods=("rule", "vendor"), templates=(True, "nosuch"), backend="estimate")
-    assert list(df["method"]) == ["rule", "rule[tensor_core=True]", "vendor"]  # a template it lacks: no row
-    rule, mma = df.iloc[0], df.iloc[1]
-    assert rule["config"]["tensor_core"] == "wgmma" and mma["config"]["tensor_core"] is True
+    df = compare([f], "h100", methods=("rule", "vendor"), templates=("wgmma", True, "nosuch"), backend="estimate")
+    assert list(df["method"]) == ["rule", "rule[tensor_core=wgmma]", "rule[tensor_core=True]", "vendor"]
+    rule, cp_async, mma = df.iloc[0], df.iloc[1], df.iloc[2]  # a template it lacks ("nosuch"): no row
+    assert rule["config"]["tensor_core"] == "wgmma_tma" and cp_async["config"]["tensor_core"] == "wgmma"
+    assert mma["config"]["tensor_core"] is True
     assert mma["time_us"] > rule["time_us"] > 0  # the model prices mma.sync on Hopper below wgmma
     fp32 = compare([sl.workloads.matmul(512, 512, 512)], "h100", methods=("rule",), templates=(True,),
                    backend="estimate")

@@ -1,5 +1,6 @@
-"""The matmul rule's Hopper template (``tensor_core="wgmma"``): where it exists, its legality, the default, the
-tiling the carver sees, and kernels built from it (emulator vs numpy; nvcc for sm_90a within the H100 profile).
+"""The matmul rule's Hopper template fed by cp.async (``tensor_core="wgmma"``): where it exists, its legality,
+its default, the tiling the carver sees, and kernels built from it (emulator vs numpy; nvcc for sm_90a within
+the H100 profile).  The TMA-fed variant, the Hopper default, is tested in ``test_matmul_wgmma_tma.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import schedlib.rules as rules
 from schedlib import workloads as wl
 from schedlib.runtime.emulator import KernelLaunch, emulate
 from schedlib.runtime.nvcc import compile_check
+from schedlib.runtime.tensor_map import TensorMapRequest
 
 from .helpers import MatmulCase as Case
 from .helpers import check_schedule, random_inputs
@@ -50,8 +52,8 @@ def test_the_wgmma_knob_values_are_its_own() -> None:
     duplicates another by differing in a value its template could not use."""
     f = wl.matmul(2048, 2048, 2048, "float16")
     points = list(MATMUL.space(f, H100).enumerate())
-    hopper = [c for c in points if c["tensor_core"] == "wgmma"]
-    others = [c for c in points if c["tensor_core"] != "wgmma"]
+    hopper = [c for c in points if c["tensor_core"] in ("wgmma", "wgmma_tma")]
+    others = [c for c in points if c["tensor_core"] not in ("wgmma", "wgmma_tma")]
     assert hopper and others
     assert all(c["block_n"] <= 128 and c["block_k"] <= 32 and c["thread_n"] <= 16 for c in others)
     assert all(c["thread_m"] == 2 and c["block_m"] % 64 == 0 and c["vector"] == 1 for c in hopper)
@@ -88,16 +90,16 @@ def test_the_ring_may_use_the_opt_in_shared_memory() -> None:
 def test_default_on_hopper_is_two_warpgroups_of_64x256(target: str) -> None:
     profile = sl.hw.load(target)
     for dtype in ("float16", "bfloat16"):
-        c = MATMUL.default_config(wl.matmul(4096, 4096, 4096, dtype), profile)
+        c = MATMUL.template_default(wl.matmul(4096, 4096, 4096, dtype), profile, "wgmma")
         assert c == wg(128, 256, 64, 256, 4, c["raster"]), c
-    small = MATMUL.default_config(wl.matmul(64, 64, 64, "float16"), profile)
+    small = MATMUL.template_default(wl.matmul(64, 64, 64, "float16"), profile, "wgmma")
     assert small["tensor_core"] == "wgmma" and small["block_m"] == 64 and small["block_n"] == 64
     assert MATMUL.default_config(wl.matmul(4096, 4096, 4096, "float16"), sl.hw.load("a100"))["tensor_core"] is True
 
 
 def test_tiling_describes_the_launched_kernel() -> None:
     f = wl.matmul(4096, 4096, 4096, "float16")
-    config = MATMUL.default_config(f, H100)
+    config = MATMUL.template_default(f, H100, "wgmma")
     t = MATMUL.tiling(f, H100, config)
     assert t.tensor_core and t.warpgroup and t.stages == 4 and t.threads == 256
     assert t.shared_bytes == 4 * (128 + 256) * 64 * 2 + 1024 and t.warp_tile == {"i": 64, "j": 256}
@@ -139,7 +141,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_wgmma_kernel_matches_numpy_and_fits_the_gpu(case: Case, rng: np.random.Generator, toolchain: None) -> None:
     f = case.make()
-    config = case.config or MATMUL.default_config(f, H100)
+    config = case.config or MATMUL.template_default(f, H100, "wgmma")
     assert config["tensor_core"] == "wgmma", config
     kernel = check_schedule(f, MATMUL.apply(f, "h100", config), rng, sizes=case.sizes, archs=("sm_90",))
     assert "sl_wgmma_n" in kernel.source and "sl_cp_async_16" in kernel.source and kernel.arch == "sm_90a"
@@ -147,31 +149,36 @@ def test_wgmma_kernel_matches_numpy_and_fits_the_gpu(case: Case, rng: np.random.
     assert ("sl_out_s" in kernel.source) == ("direct" not in case.id), case.id
 
 
-def test_a_pipeline_that_refills_slots_in_use_is_caught(rng: np.random.Generator) -> None:
+@pytest.mark.parametrize("template", ["wgmma", "wgmma_tma"])
+def test_a_pipeline_that_refills_slots_in_use_is_caught(template: str, rng: np.random.Generator) -> None:
     """The generated 3-stage ring keeps one wgmma group in flight and refills only slots whose wgmmas every
     warpgroup has waited for.  Drop the in-loop wait and the refills land under wgmmas still pending: the
-    emulator, which performs a wgmma at its wait, then multiplies later tiles and the result is wrong."""
+    emulator, which performs a wgmma at its wait (and lands a TMA copy when issued), then multiplies later
+    tiles and the result is wrong."""
     f = wl.matmul(128, 64, 256, "float16")
-    kernel = sl.build(MATMUL.apply(f, "h100", wg(128, 64, 32, 64, 3)), "h100")
+    kernel = sl.build(MATMUL.apply(f, "h100", {**wg(128, 64, 32, 64, 3), "tensor_core": template}), "h100")
     (spec,) = kernel.launch
     in_loop = "    sl_wgmma_wait<1>();\n"
     assert kernel.source.count(in_loop) == 1
     inputs = random_inputs(f, rng)
     want = sl.run_reference(f, inputs)["D"].astype(np.float64)
+    maps = {m.param: TensorMapRequest(m.buffer, "float16", m.box, m.swizzle) for m in spec.tensor_maps}
+    assert len(maps) == (2 if template == "wgmma_tma" else 0)
     for variant, source in (("ok", kernel.source), ("no_wait", kernel.source.replace(in_loop, ""))):
         out = np.full((128, 64), np.nan, np.float16)
         emulate(source, [KernelLaunch(spec.name, spec.grid_for({}), spec.block, spec.params, spec.dynamic_smem)],
-                {"A": inputs["A"], "B": inputs["B"], "D": out}, bounds_check=True)
+                {"A": inputs["A"], "B": inputs["B"], "D": out, **maps}, bounds_check=True)
         close = np.allclose(out.astype(np.float64), want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
         assert close == (variant == "ok"), variant
 
 
 def test_carver_ranks_wgmma_on_hopper_and_its_top10_runs(rng: np.random.Generator, toolchain: None) -> None:
     """fp16 4096^3 on H100: the top 10 are wgmma configs priced at the full tensor-core peak (mma.sync gets the
-    model's share of it); every third of them (block_k 16, 32 and 64, stages 3 and 4, every raster group)
-    builds for sm_90a within the profile and matches numpy on the emulator at a size where all ten are legal."""
+    model's share of it), fed by the TMA (no per-thread copy instructions); every third of them (block_k 16, 32
+    and 64, stages 3 and 4, every raster group) builds for sm_90a within the profile and matches numpy on the
+    emulator at a size where all ten are legal."""
     df = sl.carver.carve(wl.matmul(4096, 4096, 4096, "float16"), "h100", topk=10)
-    assert (df["tensor_core"] == "wgmma").all() and df.attrs["method"] == "grow"  # 242k points: past the limit
+    assert (df["tensor_core"] == "wgmma_tma").all() and df.attrs["method"] == "grow"  # 323k points: past the limit
     everything = sl.carver.carve(wl.matmul(4096, 4096, 4096, "float16"), "h100", topk=1, method="exhaustive")
     assert everything["config"].iloc[0] == df["config"].iloc[0]  # the growth finds the exhaustive top-1
     assert (df["compute_unit"] == "tensor core float16").all() and (df["peak_flops"] == 989.4e12).all()
@@ -186,9 +193,9 @@ def test_the_default_keeps_its_wgmmas_asynchronous(toolchain: None) -> None:
     """ptxas keeps wgmma asynchronous only if nothing touches the accumulators between issue and wait; when
     something does, it injects waits (C7517) or serializes the wgmmas (C7515) and says so.  The default kernel
     (and its fused epilogue) draws neither, and a variant touching one accumulator in the loop does."""
-    for epilogue in (None, "bias_relu"):
+    for epilogue, template in ((None, "wgmma"), ("bias_relu", "wgmma"), (None, "wgmma_tma"), ("bias_relu", None)):
         f = wl.matmul(4096, 4096, 4096, "float16", epilogue=epilogue)
-        kernel = sl.build(MATMUL.apply(f, "h100"), "h100")
+        kernel = sl.build(MATMUL.apply(f, "h100", MATMUL.template_default(f, H100, template)), "h100")
         report = kernel.compile_check("sm_90a")
         assert "C7517" not in report.log and "C7515" not in report.log, report.log
         (res,) = report.kernels.values()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schedlib.errors import EmulatorError
+from schedlib.runtime.tensor_map import TensorMapRequest, emulator_encode
 
 ABI_VERSION = 1  # SL_EMU_ABI_VERSION in sl_emu_launch.h; bump both when LaunchStruct changes
 KIND_PTR, KIND_INT, KIND_FLOAT = 0, 1, 2
@@ -121,6 +122,15 @@ def pack_launch(
             keep.extend((dev, dname))
             kinds[i], dtypes[i], ptrs[i] = KIND_PTR, dname, dev.ctypes.data
             nbytes[i], readonly[i] = dev.nbytes, int(not dev.flags.writeable)
+        elif isinstance(value, TensorMapRequest):
+            if not isinstance(args.get(value.buffer), np.ndarray):
+                raise EmulatorError(f"kernel {kernel!r}: tensor map {pname!r} describes {value.buffer!r}, "
+                                    "which is not an array argument")
+            dev = arrays.get(value.buffer, args[value.buffer])  # type: ignore[arg-type]
+            words = emulator_encode(dev.ctypes.data, tuple(dev.shape), dev.itemsize, value)
+            keep.extend((words, b"uint64"))
+            kinds[i], dtypes[i], ptrs[i] = KIND_PTR, b"uint64", words.ctypes.data
+            nbytes[i], readonly[i] = words.nbytes, 1
         elif isinstance(value, (bool, int, np.integer)):
             v = int(value)
             if not _INT64[0] <= v <= _INT64[1]:

@@ -10,6 +10,7 @@
 //   sl_emu_memory.h  SL_GLOBAL/SL_SHARED/SL_VLOAD..., checked pointers, atomics
 //   sl_emu_warp.h    shuffles, votes, __syncwarp, ldmatrix, mma, cp.async
 //   sl_emu_wgmma.h   Hopper wgmma.mma_async reading shared memory through matrix descriptors
+//   sl_emu_tma.h     Hopper mbarrier phases and TMA tensor copies into shared memory
 //   sl_emu_launch.h  launch ABI, parameter checks, the OS-thread pool
 #pragma once
 #if defined(__CUDACC__)

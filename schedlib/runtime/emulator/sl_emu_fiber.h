@@ -64,7 +64,7 @@ extern "C" __attribute__((visibility("hidden"))) void sl_emu_fiber_entry();
 
 namespace sl_emu {
 
-enum FiberState : int { kReady = 0, kWaitBlock = 1, kWaitWarp = 2, kExited = 3 };
+enum FiberState : int { kReady = 0, kWaitBlock = 1, kWaitWarp = 2, kExited = 3, kWaitMbarrier = 4 };
 constexpr int kXSlot = 32;            // bytes per lane in a warp exchange
 constexpr uint64_t kCanary = 0x5eed5eed5eed5eedull;
 
@@ -108,6 +108,7 @@ struct Fiber {
   // wgmma state, kept the same way: operations in issue order and the commits so far.
   std::vector<WgmmaOp> wg_pending;
   unsigned long long wg_commits = 0;
+  const void* mbarrier = nullptr;  // the mbarrier this thread waits on (state kWaitMbarrier)
 };
 
 struct Warp {
@@ -243,13 +244,14 @@ inline void check_stack(BlockCtx* b, Fiber* f) {
 }
 
 [[noreturn]] __attribute__((noinline, cold)) inline void deadlock(BlockCtx* b, Fiber* self) {
-  int n_block = 0, n_warp = 0, n_exit = 0;
-  const Fiber *first_block = nullptr, *first_warp = nullptr, *first_exit = nullptr;
+  int n_block = 0, n_warp = 0, n_exit = 0, n_mbar = 0;
+  const Fiber *first_block = nullptr, *first_warp = nullptr, *first_exit = nullptr, *first_mbar = nullptr;
   for (int i = 0; i < b->nthreads; ++i) {
     const Fiber& f = b->fibers[i];
     if (f.state == kWaitBlock) { if (!n_block++) first_block = &f; }
     else if (f.state == kWaitWarp) { if (!n_warp++) first_warp = &f; }
     else if (f.state == kExited) { if (!n_exit++) first_exit = &f; }
+    else if (f.state == kWaitMbarrier) { if (!n_mbar++) first_mbar = &f; }
   }
   std::string msg = "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) +
                     ": barrier deadlock (it would hang on the GPU):";
@@ -262,6 +264,9 @@ inline void check_stack(BlockCtx* b, Fiber* f) {
            ", warp " + std::to_string(first_warp->warp) + ");";
   if (n_exit)
     msg += " " + std::to_string(n_exit) + " thread(s) already exited (first " + thread_str(*first_exit) + ");";
+  if (n_mbar)
+    msg += " " + std::to_string(n_mbar) + " thread(s) wait on an mbarrier phase that no arrival or copy "
+           "completes (first " + thread_str(*first_mbar) + ");";
   msg += " every thread of the block must reach each __syncthreads(), and every lane of a warp each "
          "warp-synchronous operation";
   fail_block(b, self, msg);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "sl_emu_warp.h"
+#include "sl_emu_tma.h"
 #include "sl_emu_wgmma.h"
 
 #define SL_EMU_ABI_VERSION 1
