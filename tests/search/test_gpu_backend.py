@@ -36,7 +36,7 @@ class FakeDevice:
         self.times: Iterator[float] = iter(times)
         self.log: list[str] = []
 
-    def compile(self, source: str, names: list[str]) -> dict[str, Any]:
+    def compile(self, source: str, names: list[str], arch: str | None = None) -> dict[str, Any]:
         if "syntax error" in source:
             raise RuntimeError("CompileException: kernel.cu(3): error: expected a ';'")
         return {n: source for n in names}
@@ -229,3 +229,20 @@ def test_tuning_on_the_gpu(tmp_path: Path) -> None:
     ok = res.records[res.records["status"] == "ok"]
     assert len(ok) >= 4 and (ok["p20_us"] <= ok["time_us"]).all() and (ok["time_us"] <= ok["p80_us"]).all()
     assert S.apply_best(func, "auto", tmp_path / "gpu.log").config == res.best_config
+
+
+@needs_gxx
+def test_a_tma_fed_wgmma_kernel_goes_through_the_pipeline(shared_cache: Path) -> None:
+    """The payload carries the architecture (sm_90a: cupy's JIT cannot build wgmma) and the tensor maps, which
+    the worker builds from the very arrays it launches with."""
+    func = sl.workloads.matmul(64, 64, 64, "float16")
+    rule = find_rule(func, "h100")
+    payload = kernel_payload(sl.build(rule.apply(func, "h100"), "h100"))
+    assert payload["arch"] == "sm_90a"
+    (launch,) = payload["launches"]
+    assert [m["param"] for m in launch["tensor_maps"]] == ["@tmap:A", "@tmap:B"] == launch["params"][-2:]
+    res = S.tune(func, "h100", trials=1, strategy="random", storage="memory", quiet=True, seed=0,
+                 backend=S.GpuBackend(device="emulator", warmup_ms=0.0, target_ms=0.0, min_repeats=1,
+                                      max_repeats=1, timeout_s=300))
+    assert res.records["config"].iloc[0]["tensor_core"] == "wgmma_tma"
+    assert list(res.records["status"]) == ["ok"], res.records[["status", "error"]]

@@ -59,12 +59,19 @@ class CupyDevice:
         name = props["name"]
         self.name = name.decode() if isinstance(name, bytes) else str(name)
 
-    def compile(self, source: str, names: Sequence[str]) -> dict[str, Any]:
+    def compile(self, source: str, names: Sequence[str], arch: str | None = None) -> dict[str, Any]:
+        from schedlib.runtime.gpu import module_for
+
         try:
-            module = self.xp.RawModule(code=source, options=("-std=c++17",))
+            module = module_for(self.xp, source, arch)
             return {n: module.get_function(n) for n in names}
         except Exception as exc:
             raise self.fault(exc) from None
+
+    def tensor_map(self, array: Any, request: Any) -> Any:
+        from schedlib.runtime.tensor_map import gpu_encode
+
+        return gpu_encode(self.xp, array, request)
 
     def launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: list[tuple[str, Any]],
                smem: int) -> None:
@@ -106,7 +113,7 @@ class EmulatorDevice:
     def __init__(self) -> None:
         self.xp = np
 
-    def compile(self, source: str, names: Sequence[str]) -> dict[str, Any]:
+    def compile(self, source: str, names: Sequence[str], arch: str | None = None) -> dict[str, Any]:
         from schedlib.runtime.emulator.build import build_library
 
         try:
@@ -122,6 +129,9 @@ class EmulatorDevice:
         source, name = fn
         launch = KernelLaunch(name, tuple(grid), tuple(block), tuple(n for n, _ in params), smem)
         emulate(source, [launch], dict(params), bounds_check=True)
+
+    def tensor_map(self, array: Any, request: Any) -> Any:
+        return request  # the emulator encodes it from the array it launches with
 
     def sync(self) -> None:
         return None
@@ -168,8 +178,10 @@ class KernelBench:
         return out
 
     def _prepare(self, kernel: dict[str, Any]) -> tuple[dict[str, Any], Callable[[], None], dict[str, Any]]:
+        from schedlib.runtime.tensor_map import TensorMapRequest
+
         try:
-            fns = self.dev.compile(kernel["source"], [ln["name"] for ln in kernel["launches"]])
+            fns = self.dev.compile(kernel["source"], [ln["name"] for ln in kernel["launches"]], kernel.get("arch"))
         except Exception as exc:
             raise self._fault(exc) from None
         xp = self.dev.xp
@@ -177,6 +189,13 @@ class KernelBench:
         args: dict[str, Any] = {**self.inputs, **outputs}
         for spec in kernel.get("scratch", []):
             args[spec["name"]] = xp.zeros(tuple(spec["shape"]), dtype=kernel_dtype(spec["dtype"]))
+        try:
+            for ln in kernel["launches"]:
+                for m in ln.get("tensor_maps", []):
+                    request = TensorMapRequest(m["buffer"], m["dtype"], tuple(m["box"]), int(m["swizzle"]))
+                    args[m["param"]] = self.dev.tensor_map(args[m["buffer"]], request)
+        except Exception as exc:
+            raise self._fault(exc) from None
 
         def run() -> None:
             for ln in kernel["launches"]:

@@ -64,10 +64,14 @@ def naive_reference_schedule(func: Func) -> Schedule:
 def kernel_payload(kernel: Kernel) -> dict[str, Any]:
     """Everything the worker needs to launch ``kernel`` (static shapes): source, launches, scratch buffers."""
     launches = [{"name": spec.name, "grid": list(spec.grid_for({})), "block": list(spec.block),
-                 "smem": int(spec.dynamic_smem), "params": list(spec.params)} for spec in kernel.launch]
+                 "smem": int(spec.dynamic_smem), "params": list(spec.params),
+                 "tensor_maps": [{"param": m.param, "buffer": m.buffer, "dtype": kernel.func.buffer(m.buffer).dtype,
+                                  "box": list(m.box), "swizzle": m.swizzle} for m in spec.tensor_maps]}
+                for spec in kernel.launch]
     scratch = [{"name": b.name, "shape": static_shape(kernel.func, b.name), "dtype": b.dtype}
                for b in kernel.module.scratch]
-    return {"source": kernel.source, "launches": launches, "scratch": scratch}
+    # arch: the one architecture a wgmma source builds for (sm_90a), which cupy's JIT does not target
+    return {"source": kernel.source, "launches": launches, "scratch": scratch, "arch": kernel.module.arch}
 
 
 def buffer_specs(func: Func, names: Any) -> list[dict[str, Any]]:
