@@ -35,6 +35,11 @@ def fake_cupy_array(shape: tuple[int, ...], ptr: int = 0x7F0000001000) -> Any:
     return SimpleNamespace(shape=shape, dtype=np.dtype(np.float16), data=SimpleNamespace(ptr=ptr))
 
 
+@pytest.fixture(autouse=True)
+def empty_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tensor_map, "_CACHE", type(tensor_map._CACHE)())
+
+
 @pytest.fixture
 def driver(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
     fake = FakeDriver()
@@ -53,6 +58,15 @@ def test_the_driver_gets_the_3d_view_box_and_swizzle(driver: FakeDriver) -> None
     assert words.dtype == np.uint64 and words.tobytes() == bytes(range(128))  # the driver's bytes, unchanged
     gpu_encode(FAKE_CP, fake_cupy_array((64, 48)), TensorMapRequest("B", "float16", (32, 16, 1), 64))
     assert driver.calls[1]["dtype"] == 6 and driver.calls[1]["dims"] == [48, 64, 1] and driver.calls[1]["swizzle"] == 2
+
+
+def test_relaunching_on_the_same_arrays_reuses_the_map(driver: FakeDriver) -> None:
+    req = TensorMapRequest("A", "float16", (64, 128, 1), 128)
+    first = gpu_encode(FAKE_CP, fake_cupy_array((256, 64)), req)
+    assert gpu_encode(FAKE_CP, fake_cupy_array((256, 64)), req) is first and len(driver.calls) == 1
+    gpu_encode(FAKE_CP, fake_cupy_array((256, 64), ptr=0x7F0000100000), req)  # another array: a new map
+    gpu_encode(FAKE_CP, fake_cupy_array((128, 64)), req)  # another shape at the same address: a new map
+    assert len(driver.calls) == 3
 
 
 def test_a_refusal_by_the_driver_names_the_map(monkeypatch: pytest.MonkeyPatch) -> None:
