@@ -67,7 +67,7 @@ def __getattr__(name: str) -> object:
 
 def func(tensors: list[Tensor], name: str = "main") -> Func:
     """Collect the stages between the given inputs (placeholders) and outputs into a Func of blocks."""
-    return _make_func(list(tensors), name)
+    return _make_func(tensors, name)
 
 
 __all__ = [

@@ -1,9 +1,11 @@
 """CUDA C spelling of IR expressions.
 
-Index arithmetic in the IR is non-negative by construction (loop variables start at 0, dimensions are
-positive), so ``//`` and ``%`` on index expressions print as C ``/`` and ``%``.  Only data-dependent integer
-division needs floor semantics and goes through ``sl_floordiv``/``sl_floormod``.
+The IR's ``//`` and ``%`` floor (like Python and the reference executor); C's ``/`` and ``%`` truncate.
+The two agree when the dividend is non-negative and the divisor positive, which index arithmetic is by
+construction (loop variables and axes start at 0, dimensions are positive), so such expressions print as
+plain ``/`` and ``%``; anything else goes through ``sl_floordiv``/``sl_floormod``.
 Half and bfloat16 arithmetic is done in float: values are converted on load and back on store.
+Integer arithmetic narrower than ``int`` is cast back to its dtype, since C would promote it to int.
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ from collections.abc import Callable
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import C_TYPES, is_float
 from schedlib.ir.expr import Binary, Call, Cast, Const, Expr, Load, Select, Var
-from schedlib.ir.simplify import walk
 
 _IDENT = re.compile(r"[^0-9A-Za-z_]")
 
-HELPERS = """\
-static __device__ __forceinline__ int sl_floordiv(int a, int b) { int q = a / b; return (q * b > a) ? q - 1 : q; }
-static __device__ __forceinline__ int sl_floormod(int a, int b) { return a - sl_floordiv(a, b) * b; }
+# Floor division: step the truncated quotient down when there is a remainder and the operands' signs differ.
+_FLOOR_HELPERS = """\
+static __device__ __forceinline__ {t} sl_floordiv{sfx}({t} a, {t} b) {{
+  {t} q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }}
+static __device__ __forceinline__ {t} sl_floormod{sfx}({t} a, {t} b) {{ return a - sl_floordiv{sfx}(a, b) * b; }}
 """
+HELPERS = _FLOOR_HELPERS.format(t="int", sfx="") + _FLOOR_HELPERS.format(t="long long", sfx="_ll")
 
 
 def mangle(name: str) -> str:
@@ -103,19 +107,48 @@ class ExprPrinter:
             fn = ("fminf" if e.op == "min" else "fmaxf") if is_float(e.dtype) else e.op
             return f"{fn}({a}, {b})"
         if e.op in ("//", "%"):
-            if any(isinstance(n, Load) for n in walk(e)):
-                return f"{'sl_floordiv' if e.op == '//' else 'sl_floormod'}({a}, {b})"
-            return f"({a} {'/' if e.op == '//' else '%'} {b})"
-        return f"({a} {_C_OP.get(e.op, e.op)} {b})"
+            # A divisor of 0 is undefined either way, so a non-negative divisor is enough.
+            if non_negative(e.a) and non_negative(e.b):
+                return _narrow(f"({a} {'/' if e.op == '//' else '%'} {b})", e.dtype)
+            fn = "sl_floordiv" if e.op == "//" else "sl_floormod"
+            if e.dtype == "int64":
+                # Both operands as long long, so neither a narrow one nor an overload choice truncates.
+                return f"{fn}_ll(static_cast<long long>({a}), static_cast<long long>({b}))"
+            return _narrow(f"{fn}({a}, {b})", e.dtype)
+        text = f"({a} {_C_OP.get(e.op, e.op)} {b})"
+        return _narrow(text, e.dtype) if e.op in ("+", "-", "*") else text
 
     def _call(self, e: Call) -> str:
         x = self.p(e.args[0])
         if e.fn == "neg":
-            return f"(-{x})"
+            return _narrow(f"(-{x})", e.dtype)
         if e.fn == "not":
             return f"(!{x})"
         if e.fn == "abs" and not is_float(e.dtype):
-            return f"abs({x})"
+            return _narrow(f"abs({x})", e.dtype)
         if e.fn == "sigmoid":
             return f"(1.0f / (1.0f + expf(-{x})))"
         return f"{_FLOAT_FN[e.fn]}({x})"
+
+
+def _narrow(text: str, dtype: str) -> str:
+    """Cast integer arithmetic of a dtype narrower than int back to it.
+
+    The IR gives ``int8 * int8`` the dtype int8 (see :func:`schedlib.ir.dtype.promote`) and the reference
+    executor wraps around accordingly; C would silently compute it in int, so the result is cast back.
+    """
+    return f"static_cast<{ctype(dtype)}>({text})" if dtype == "int8" else text
+
+
+def non_negative(e: Expr) -> bool:
+    """True when ``e`` is provably >= 0: loop variables, axes and dimensions, combined without subtraction."""
+    if isinstance(e, Const):
+        return not isinstance(e.value, bool) and e.value >= 0
+    if isinstance(e, Var):
+        # Every Var of the IR is a loop variable (from 0), a block axis (kept in range by its guard) or a
+        # symbolic dimension (positive).
+        return True
+    if isinstance(e, Binary) and e.op in ("+", "*", "//", "%", "min", "max"):
+        return non_negative(e.a) and non_negative(e.b)
+    return False
+

@@ -6,6 +6,8 @@ bfloat16 has no numpy dtype; arrays of it are held as float32 whose values are r
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from schedlib.errors import IRError
@@ -42,6 +44,18 @@ def check_dtype(dtype: str, what: str = "dtype") -> str:
     if dtype not in DTYPES:
         raise IRError(f"{what}={dtype!r}: unknown dtype; expected one of {', '.join(DTYPES)}")
     return dtype
+
+
+def canonical_dtype(dtype: Any, what: str = "dtype") -> str:
+    """The IR's name for ``dtype``: a dtype name, or a numpy dtype / scalar type such as ``np.float32``.
+
+    Everything downstream (executor, code generator) looks dtypes up by name, so numpy spellings are
+    converted here rather than accepted as-is.
+    """
+    if not isinstance(dtype, str) and (isinstance(dtype, np.dtype)
+                                       or (isinstance(dtype, type) and issubclass(dtype, np.generic))):
+        dtype = np.dtype(dtype).name
+    return check_dtype(dtype, what)
 
 
 def is_float(dtype: str) -> bool:

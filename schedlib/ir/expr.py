@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from schedlib.errors import IRError
-from schedlib.ir.dtype import check_dtype, is_float, is_int, promote
+from schedlib.ir.dtype import canonical_dtype, is_float, is_int, promote
 
 ExprLike = Union["Expr", int, float, bool]
 
@@ -81,7 +81,8 @@ class Expr:
 
     def __bool__(self) -> bool:
         raise IRError(f"the truth value of expression {self} is unknown at definition time; "
-                      "use sl.if_then_else / sl.all_of instead of Python 'if'/'and'")
+                      "use sl.if_then_else instead of Python 'if', and schedlib.ir.expr.all_of to combine "
+                      "conditions instead of 'and'")
 
     def astype(self, dtype: str) -> Expr:
         """Cast to ``dtype``."""
@@ -286,7 +287,7 @@ def call(fn: str, *args: ExprLike) -> Expr:
 
 
 def cast(dtype: str, value: ExprLike) -> Expr:
-    check_dtype(dtype)
+    dtype = canonical_dtype(dtype)
     v = const(value)
     if v.dtype == dtype:
         return v

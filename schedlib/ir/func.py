@@ -238,8 +238,17 @@ class Func:
 
 def make_func(tensors: list[Any], name: str = "main") -> Func:
     """Collect the stages between the given inputs (placeholders) and outputs (computes) into a Func."""
+    from schedlib.ir.names import check_name
     from schedlib.ir.tensor import AxisVar, Tensor, identity
 
+    if isinstance(tensors, Tensor):
+        raise IRError(f"sl.func: got the single tensor {tensors.name}; pass a list of tensors, "
+                      f"e.g. sl.func([inputs..., {tensors.name}])")
+    try:
+        tensors = list(tensors)
+    except TypeError:
+        raise IRError(f"sl.func: tensors={tensors!r} must be a list of tensors") from None
+    check_name("sl.func", "name", name)
     if not tensors:
         raise IRError("sl.func needs at least one output tensor")
     for t in tensors:

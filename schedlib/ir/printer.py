@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # func.py imports this module when printing
 _PREC = {"or": 1, "and": 2, "<": 3, "<=": 3, ">": 3, ">=": 3, "==": 3, "!=": 3,
          "+": 4, "-": 4, "*": 5, "/": 5, "//": 5, "%": 5}
 _REDUCE_SYMBOL = {"sum": "+=", "max": "max=", "min": "min="}
+# (op, right operand's op) pairs where ``a op (b rop c)`` means the same as ``a op b rop c``; any other
+# right operand of equal precedence keeps its parentheses (``2 * (i // 2)`` is not ``2 * i // 2``).
+_ASSOCIATIVE = {("+", "+"), ("+", "-"), ("*", "*"), ("and", "and"), ("or", "or")}
 
 
 def expr_str(e: Expr, parent_prec: int = 0) -> str:
@@ -37,8 +40,14 @@ def expr_str(e: Expr, parent_prec: int = 0) -> str:
         if e.op in ("min", "max"):
             return f"{e.op}({expr_str(e.a)}, {expr_str(e.b)})"
         prec = _PREC[e.op]
-        right_prec = prec + 1 if e.op in ("-", "/", "//", "%") else prec
-        text = f"{expr_str(e.a, prec)} {e.op} {expr_str(e.b, right_prec)}"
+        if prec == _PREC["<"]:
+            # Comparisons do not nest without parentheses: ``a < b == c`` would read as a chain.
+            left_prec = right_prec = prec + 1
+        else:
+            left_prec = prec
+            associative = isinstance(e.b, Binary) and (e.op, e.b.op) in _ASSOCIATIVE
+            right_prec = prec if associative else prec + 1
+        text = f"{expr_str(e.a, left_prec)} {e.op} {expr_str(e.b, right_prec)}"
         return f"({text})" if prec < parent_prec else text
     if isinstance(e, Call):
         if e.fn == "neg":

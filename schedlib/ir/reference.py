@@ -8,6 +8,7 @@ semantics, so a wrong schedule gives a wrong answer here rather than only on the
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +26,9 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def bind_symbols(func: Func, inputs: Mapping[str, Any]) -> dict[str, int]:
     """Bind symbolic dimensions from input shapes; check every input's name, rank, shape and dtype."""
+    if not isinstance(inputs, Mapping):
+        raise ShapeError(f"{func.name}: inputs must be a mapping from input name to array, e.g. "
+                         f"{{{', '.join(repr(n) + ': ...' for n in func.inputs)}}}; got {type(inputs).__name__}")
     missing = [n for n in func.inputs if n not in inputs]
     if missing:
         raise ShapeError(f"{func.name}: missing input(s) {missing}; expected {list(func.inputs)}")
@@ -70,7 +74,7 @@ def run_reference(target: Any, inputs: Mapping[str, Any]) -> dict[str, np.ndarra
     """Execute ``target`` (a Func or Schedule) on numpy ``inputs``; returns the outputs by name."""
     func: Func = getattr(target, "func", target)
     if not isinstance(func, Func):
-        raise TypeError(f"run_reference needs a Func or Schedule, got {type(target).__name__}")
+        raise ExecutionError(f"run_reference needs a Func or Schedule, got {type(target).__name__}")
     symbols = bind_symbols(func, inputs)
     buffers: dict[str, np.ndarray] = {}
     for buf in func.buffers:
@@ -163,9 +167,35 @@ class _Runner:
                     first &= np.broadcast_to(points[a.name], (count,)) == 0
             out[tuple(i[first] for i in idx)] = round_to_dtype(np.asarray(ev.eval(block.init)), dtype)
         ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}[block.reducer]
-        ufunc.at(out, idx, round_to_dtype(value, dtype))
-        if dtype == "bfloat16":
-            out[idx] = round_to_dtype(out[idx], dtype)
+        if dtype == "bfloat16" and block.reducer == "sum":
+            _accumulate_rounded(out, idx, round_to_dtype(value, dtype), dtype)
+        else:
+            # float16 buffers are numpy float16, so ufunc.at already rounds every step; max/min are exact.
+            ufunc.at(out, idx, round_to_dtype(value, dtype))
+
+
+def _accumulate_rounded(out: np.ndarray, idx: tuple[np.ndarray, ...], value: np.ndarray, dtype: str) -> None:
+    """``out[idx] += value`` one step at a time, rounding every partial sum to ``dtype``.
+
+    bfloat16 is held in float32, where ``np.add.at`` would add a whole grid chunk's contributions to an
+    element before rounding once; the kernel rounds after every step, so the result would depend on how
+    the schedule chunks the loops.  Contributions to one element are applied in loop order (the grid's
+    flat order), step ``r`` adding the r-th contribution of every element at once, so the work stays
+    vectorised over elements and loops only as often as the most contributions one element receives.
+    """
+    lin = np.ravel_multi_index(idx, out.shape)
+    order = np.argsort(lin, kind="stable")
+    lin_sorted = lin[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(lin_sorted)) + 1]
+    group_start = np.repeat(starts, np.diff(np.r_[starts, lin_sorted.size]))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size) - group_start
+    by_rank = np.argsort(rank, kind="stable")  # step r's contributions form one contiguous run
+    bounds = np.r_[0, np.cumsum(np.bincount(rank))]
+    for lo, hi in itertools.pairwise(bounds):
+        step = by_rank[lo:hi]
+        target = tuple(i[step] for i in idx)  # at most one contribution per element in a step
+        out[target] = round_to_dtype(out[target] + value[step], dtype)
 
 
 class _Evaluator:
@@ -173,16 +203,19 @@ class _Evaluator:
         self.buffers = buffers
         self.env = env
         self.block = block
-        self.strict = True
+        # Lanes whose value is used: inside a select branch, only those where the branch is taken.
+        self.active: Any = True
 
     def check_bounds(self, name: str, idx: tuple[np.ndarray, ...], shape: tuple[int, ...], verb: str) -> bool:
+        """Raise for an out-of-range index in an active lane; False if only inactive lanes are out of range."""
         ok = True
         for d, (i, n) in enumerate(zip(idx, shape)):
             bad = (i < 0) | (i >= n)
             if np.any(bad):
-                if self.strict:
+                used, index = np.broadcast_arrays(bad & self.active, i)
+                if np.any(used):
                     raise ExecutionError(f"block {self.block} {verb} {name} out of bounds: dim {d} index "
-                                         f"{int(i[bad].flat[0])} not in [0, {n})")
+                                         f"{int(index[used].flat[0])} not in [0, {n})")
                 ok = False
         return ok
 
@@ -201,10 +234,17 @@ class _Evaluator:
                 idx = [np.clip(i, 0, n - 1) for i, n in zip(idx, arr.shape)]
             return arr[tuple(idx)]
         if isinstance(e, Select):
-            cond = self.eval(e.cond)
-            saved, self.strict = self.strict, False  # the untaken branch may index out of range
-            then, other = self.eval(e.then), self.eval(e.other)
-            self.strict = saved
+            cond = np.asarray(self.eval(e.cond), dtype=bool)
+            # Each branch is evaluated for every lane, but a lane's out-of-range read only matters (and
+            # only raises) where that branch is the one selected; the other lanes are clamped.
+            saved = self.active
+            try:
+                self.active = saved & cond
+                then = self.eval(e.then)
+                self.active = saved & ~cond
+                other = self.eval(e.other)
+            finally:
+                self.active = saved
             return np.where(cond, then, other).astype(numpy_dtype(e.dtype))
         if isinstance(e, Cast):
             return round_to_dtype(np.asarray(self.eval(e.value)), e.dtype)

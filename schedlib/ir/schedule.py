@@ -26,9 +26,15 @@ class Trace:
     """An ordered list of steps ``{"primitive": name, "args": {...}, "result": ...}``."""
 
     def __init__(self, steps: Sequence[dict[str, Any]] = ()) -> None:
+        # Checked here, not only on replay, so printing or hashing a malformed trace fails clearly too.
         for k, s in enumerate(steps):
             if not isinstance(s, dict):
                 raise ScheduleError("from_trace", f"steps[{k}]", s, "must be an object with primitive/args/result")
+            if not isinstance(s.get("primitive"), str):
+                raise ScheduleError("from_trace", f"steps[{k}].primitive", s.get("primitive"),
+                                    "must be the name of a primitive (a string)")
+            if not isinstance(s.get("args"), dict):
+                raise ScheduleError("from_trace", f"steps[{k}].args", s.get("args"), "must be an object")
         self.steps: list[dict[str, Any]] = [dict(s) for s in steps]
 
     def append(self, primitive: str, args: dict[str, Any], result: Any) -> None:
@@ -39,14 +45,20 @@ class Trace:
 
     @classmethod
     def from_json(cls, text: str) -> Trace:
+        if not isinstance(text, (str, bytes, bytearray)):
+            raise ScheduleError("from_trace", "trace", text, "must be JSON text (str)")
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ScheduleError("from_trace", "trace", text[:60], f"is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ScheduleError("from_trace", "trace", text[:60], "is nested too deeply to be a trace") from None
         if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
             raise ScheduleError("from_trace", "trace", text[:60], "must be an object with a 'steps' list")
-        if data.get("version") != TRACE_VERSION:
-            raise ScheduleError("from_trace", "version", data.get("version"),
+        version = data.get("version")
+        # ``True == 1`` and ``1.0 == 1`` in Python, so the type is checked as well as the value.
+        if type(version) is not int or version != TRACE_VERSION:
+            raise ScheduleError("from_trace", "version", version,
                                 f"this schedlib reads trace version {TRACE_VERSION}")
         return cls(data["steps"])
 
@@ -70,7 +82,7 @@ class Trace:
         lines = []
         for s in self.steps:
             args = ", ".join(f"{k}={v!r}" for k, v in s["args"].items())
-            res = f" -> {s['result']!r}" if s["result"] is not None else ""
+            res = f" -> {s['result']!r}" if s.get("result") is not None else ""
             lines.append(f"{s['primitive']}({args}){res}")
         return "\n".join(lines)
 
@@ -80,7 +92,8 @@ class Schedule:
 
     def __init__(self, func: Func) -> None:
         if not isinstance(func, Func):
-            raise TypeError(f"Schedule needs a Func (from sl.func or sl.workloads), got {type(func).__name__}")
+            raise ScheduleError("Schedule", "func", func,
+                                f"Schedule needs a Func (from sl.func or sl.workloads), got {type(func).__name__}")
         self.original = func
         self.func = func
         self.trace = Trace()
@@ -107,17 +120,16 @@ class Schedule:
     @classmethod
     def from_trace(cls, func: Func, trace: str | Trace) -> Schedule:
         """Replay a trace (JSON text or Trace) on ``func``; raises ScheduleError if it does not apply."""
-        if not isinstance(trace, (str, Trace)):
+        if not isinstance(trace, (str, bytes, bytearray, Trace)):
             raise ScheduleError("from_trace", "trace", trace, "must be JSON text or a Trace")
-        steps = Trace.from_json(trace) if isinstance(trace, str) else trace
+        # A Trace's steps list may have been edited since it was built, so it is checked again.
+        steps = Trace(trace.steps) if isinstance(trace, Trace) else Trace.from_json(trace)
         sch = cls(func)
         for k, step in enumerate(steps):
             name = step.get("primitive")
             if name not in P.PRIMITIVES:
                 raise ScheduleError("from_trace", f"steps[{k}].primitive", name, "unknown primitive")
-            args = step.get("args")
-            if not isinstance(args, dict):
-                raise ScheduleError("from_trace", f"steps[{k}].args", args, "must be an object")
+            args = step["args"]
             try:
                 result = sch._apply(name, **args)
             except TypeError as exc:

@@ -14,14 +14,17 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from schedlib.errors import IRError
-from schedlib.ir.dtype import check_dtype, is_float
+from schedlib.ir.dtype import canonical_dtype, is_float
 from schedlib.ir.expr import Const, Expr, ExprLike, Load, Reduce, Var, call, const, select
 from schedlib.ir.expr import maximum as _maximum
 from schedlib.ir.expr import minimum as _minimum
+from schedlib.ir.names import check_name
 
 
 @dataclass(frozen=True, eq=True, repr=False)
@@ -64,6 +67,11 @@ class Tensor:
                 raise IRError(f"index {i} of tensor {self.name} must be an integer, got {i.dtype}")
         return Load(self.name, exprs, self.dtype, self)
 
+    def __iter__(self) -> Iterator[Load]:
+        # Without this, Python would iterate through __getitem__(0), (1), ... and never stop (a 1-D
+        # tensor accepts any index expression), e.g. when a tensor is passed where a list is expected.
+        raise IRError(f"tensor {self.name} cannot be iterated: tensors are indexed (A[i, j]), not iterated")
+
     def __repr__(self) -> str:
         dims = ", ".join(str(s) for s in self.shape)
         kind = "placeholder" if self.is_placeholder else "compute"
@@ -75,12 +83,15 @@ _counter = itertools.count()
 
 def var(name: str) -> Var:
     """A symbolic dimension, bound at run time from the shapes of the inputs."""
-    if not name.isidentifier():
-        raise IRError(f"var name {name!r} must be an identifier")
-    return Var(name)
+    return Var(check_name("var", "name", name))
 
 
 def _shape(shape: Sequence[ExprLike] | ExprLike, what: str) -> tuple[Expr, ...]:
+    if isinstance(shape, np.ndarray):
+        # A numpy shape vector (``arr.shape`` as an array): its integers are the dimensions.
+        if shape.ndim > 1 or not np.issubdtype(shape.dtype, np.integer):
+            raise IRError(f"{what}: shape array {shape!r} must be a 1-D array of integers")
+        shape = [int(d) for d in shape.reshape(-1)]
     dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     out = []
     for d in dims:
@@ -96,16 +107,17 @@ def _shape(shape: Sequence[ExprLike] | ExprLike, what: str) -> tuple[Expr, ...]:
 
 
 def placeholder(shape: Sequence[ExprLike] | ExprLike, dtype: str = "float32", name: str | None = None) -> Tensor:
-    """An input tensor of the given shape (ints or ``sl.var``) and dtype."""
-    check_dtype(dtype)
-    name = name or f"placeholder_{next(_counter)}"
+    """An input tensor of the given shape (ints or ``sl.var``) and dtype (a name or a numpy dtype)."""
+    dtype = canonical_dtype(dtype)
+    name = f"placeholder_{next(_counter)}" if name is None else check_name("placeholder", "name", name)
     return Tensor(name, _shape(shape, f"placeholder {name}"), dtype)
 
 
 def reduce_axis(extent: ExprLike, name: str | None = None) -> AxisVar:
     """A reduction axis ranging over ``[0, extent)``."""
-    (ext,) = _shape((extent,), "reduce_axis")
-    return AxisVar(name or f"r{next(_counter)}", "int32", ext, "R")
+    name = f"r{next(_counter)}" if name is None else check_name("reduce_axis", "name", name)
+    (ext,) = _shape((extent,), f"reduce_axis {name}")
+    return AxisVar(name, "int32", ext, "R")
 
 
 def compute(shape: Sequence[ExprLike] | ExprLike, fcompute: Callable[..., ExprLike], name: str | None = None
@@ -115,13 +127,20 @@ def compute(shape: Sequence[ExprLike] | ExprLike, fcompute: Callable[..., ExprLi
     Axis names come from ``fcompute``'s parameter names.  A reduction (``sl.sum`` ...) must be the whole
     body; its expression dtype is the accumulation dtype.
     """
-    name = name or f"compute_{next(_counter)}"
+    name = f"compute_{next(_counter)}" if name is None else check_name("compute", "name", name)
     dims = _shape(shape, f"compute {name}")
-    params = [p for p in inspect.signature(fcompute).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    has_varargs = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fcompute).parameters.values())
+    if not callable(fcompute):
+        raise IRError(f"compute {name}: fcompute={fcompute!r} must be callable, e.g. lambda i, j: A[i, j] * 2")
+    try:
+        signature = inspect.signature(fcompute)
+    except (TypeError, ValueError):
+        raise IRError(f"compute {name}: cannot read the parameters of fcompute={fcompute!r}; "
+                      "pass a Python function or lambda") from None
+    params = [p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    has_varargs = any(p.kind == p.VAR_POSITIONAL for p in signature.parameters.values())
     if len(params) == len(dims):
-        names = [p.name for p in params]
+        # Axis names become loop and CUDA variable names, so they follow the same rules as stage names.
+        names = [check_name(f"compute {name}", "fcompute parameter", p.name) for p in params]
     elif has_varargs and not params:
         names = [f"i{d}" for d in range(len(dims))]
     else:

@@ -127,6 +127,19 @@ def _ew_attached_inner() -> sl.Schedule:
                     lambda s: s.compute_at("X_shared", "E0.i1"))
 
 
+def _ew_unrolled() -> sl.Schedule:
+    return schedule(sl.workloads.elementwise((4, 8), ("scale",)), lambda s: s.unroll("E0.i1"))
+
+
+def _mm_staged() -> sl.Schedule:
+    return schedule(sl.workloads.matmul(8, 6, 4), lambda s: s.cache_read("C", "A", "shared"),
+                    lambda s: s.compute_at("A_shared", "C.k"))
+
+
+def _cached_vector() -> sl.Schedule:
+    return schedule(vector_func(8), lambda s: s.cache_read("C", "A", "shared"))
+
+
 def _cached() -> sl.Schedule:
     return schedule(sl.workloads.matmul(8, 8, 8), lambda s: s.cache_read("C", "A", "shared"))
 
@@ -163,6 +176,14 @@ NEGATIVE = [
     Reject("unroll-vectorized", _ew_vectorized, lambda s: s.unroll("E0.i1"), "unroll", "loop", "E0.i1",
            "is vectorized"),
     Reject("unroll-bound", _mm_bound, lambda s: s.unroll("C.i"), "unroll", "loop", "C.i", "bound to blockIdx.x"),
+    # Regressions: vectorize took an unrolled loop (unroll refuses a vectorized one), unroll took a loop it
+    # cannot fully unroll, and bind took blockIdx in an attached block, which only the build then refused.
+    Reject("vectorize-unrolled", _ew_unrolled, lambda s: s.vectorize("E0.i1"), "vectorize", "loop", "E0.i1",
+           "is unrolled"),
+    Reject("unroll-symbolic", lambda: sl.Schedule(vector_func(sl.var("n"))), lambda s: s.unroll("C.i"), "unroll",
+           "loop", "C.i", "has symbolic extent n; only a loop of constant extent can be fully unrolled"),
+    Reject("bind-blocks-in-attached", _mm_staged, lambda s: s.bind("A_shared.ax0", "blockIdx.y"), "bind", "loop",
+           "A_shared.ax0", "only the outermost block of a kernel (C) may bind blockIdx"),
     Reject("annotate-value-type", _mm, lambda s: s.annotate("C", "k", [1]), "annotate", "value", [1],
            "JSON scalar"),
     Reject("annotate-value-none", _mm, lambda s: s.annotate("C.i", "k", None), "annotate", "value", None,
@@ -178,6 +199,8 @@ NEGATIVE = [
            "writes global buffer C"),
     Reject("storage-align-dim", _cached, lambda s: s.storage_align("A_shared", 1, 32, 1), "storage_align", "dim",
            1, "non-last dimension of A_shared (0..0)"),
+    Reject("storage-align-one-dim", _cached_vector, lambda s: s.storage_align("A_shared", 0, 32, 1),
+           "storage_align", "dim", 0, "A_shared has 1 dimension(s), so no non-last dimension to pad"),
     Reject("storage-align-factor", _cached, lambda s: s.storage_align("A_shared", 0, 0, 0), "storage_align",
            "factor", 0, "positive integer"),
     Reject("storage-align-offset", _cached, lambda s: s.storage_align("A_shared", 0, 32, 32), "storage_align",

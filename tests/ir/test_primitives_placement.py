@@ -428,6 +428,10 @@ NEGATIVE = [
     Reject("reverse-at-not-plain", lambda: sl.Schedule(sl.workloads.softmax(3, 4)),
            lambda s: s.reverse_compute_at("T_sum", "T_exp.i"), "reverse_compute_at", "block", "T_sum",
            "must read T_exp at its plain spatial axes"),
+    # Regression: a broadcast read was reported as not reading "at its plain spatial axes".
+    Reject("reverse-at-broadcast", lambda: sl.Schedule(sl.workloads.softmax(3, 4)),
+           lambda s: s.reverse_compute_at("Y", "T_sum.i"), "reverse_compute_at", "block", "Y",
+           "must read T_sum at all of its spatial axes, one per dimension; reads T_sum[i], which does not use j"),
     Reject("reverse-at-reduction-loop", _mm_relu, lambda s: s.reverse_compute_at("D", "C.k"),
            "reverse_compute_at", "loop", "C.k", "C.k at or above it reduces"),
     Reject("reverse-at-own-loop", _mm_relu, lambda s: s.reverse_compute_at("D", "D.i0"), "reverse_compute_at",

@@ -7,6 +7,7 @@ import pytest
 import schedlib as sl
 from schedlib.ir import primitives as P
 from schedlib.ir.primitives.common import check_positive_int
+from schedlib.ir.schedule import Trace
 
 from .helpers import Reject, assert_same_result, loop_nest, schedule, well_formed_problems
 
@@ -87,6 +88,11 @@ NEGATIVE = [
            "no such block"),
     Reject("positive-int-upper", _mm, lambda s: check_positive_int("storage_align", "factor", 64, upper=32),
            "storage_align", "factor", 64, "must be at most 32"),
+    # Regression: both raised a plain TypeError.
+    Reject("schedule-of-non-func", _mm, lambda s: sl.Schedule("matmul"), "Schedule", "func", "matmul",
+           "Schedule needs a Func (from sl.func or sl.workloads), got str"),
+    Reject("trace-from-non-text", _mm, lambda s: Trace.from_json(123), "from_trace", "trace", 123,
+           "must be JSON text"),
 ]
 
 

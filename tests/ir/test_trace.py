@@ -95,7 +95,7 @@ def test_copy_is_independent() -> None:
 
 
 def test_schedule_needs_a_func() -> None:
-    with pytest.raises(TypeError, match="Schedule needs a Func"):
+    with pytest.raises(sl.ScheduleError, match="Schedule needs a Func"):
         sl.Schedule("matmul")  # type: ignore[arg-type]
 
 
@@ -116,6 +116,9 @@ def _with(k: int, **changes: Any) -> str:
     steps = _steps()
     steps[k].update(changes)
     return _text(steps)
+
+
+_DEEP = '{"version": 1, "steps": ' + "[" * 100_000 + "]" * 100_000 + "}"
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,14 @@ BAD_TRACES = [
     BadTrace("wrong-result", lambda: _with(0, result=["R.r_0", "R.r_x"]), "steps[0].result", ["R.r_0", "R.r_x"],
              "replay produced ['R.r_0', 'R.r_1']"),
     BadTrace("not-a-trace", lambda: {"steps": []}, "trace", {"steps": []}, "must be JSON text or a Trace"),
+    # Regression: a list here was looked up in the primitive table and raised TypeError (unhashable).
+    BadTrace("primitive-not-a-string", lambda: _with(0, primitive=["split"]), "steps[0].primitive", ["split"],
+             "must be the name of a primitive"),
+    # Regression: the JSON parser's RecursionError escaped.
+    BadTrace("nested-too-deeply", lambda: _DEEP, "trace", _DEEP[:60], "nested too deeply"),
+    # Regression: True == 1 and 1.0 == 1, so both passed the version check.
+    BadTrace("version-true", lambda: _text(_steps(), version=True), "version", True, "reads trace version 1"),
+    BadTrace("version-float", lambda: _text(_steps(), version=1.0), "version", 1.0, "reads trace version 1"),
 ]
 
 

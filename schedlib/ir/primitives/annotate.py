@@ -27,17 +27,22 @@ def _replace_loop(func: Func, loop: str, **changes: Any) -> Func:
 def bind(func: Func, loop: str, thread: str) -> tuple[Func, None]:
     """Bind a loop to a GPU grid or block dimension.
 
-    A reduction loop may be bound to ``threadIdx.*`` (a cross-thread reduction) but never to ``blockIdx.*``.
+    A reduction loop may be bound to ``threadIdx.*`` (a cross-thread reduction) but never to ``blockIdx.*``,
+    and only a block at the root (the outermost block of its kernel) may bind ``blockIdx.*``.
 
     Before ``bind(f, "C.i_0", "blockIdx.x")``::
 
         for C.i_0 in range(4):
-          for C.i_1 in range(32): ...
+          for C.i_1 in range(32):
+            block C S (i=C.i_0 * 32 + C.i_1):
+              C[i] = A[i] * 2.0
 
     After::
 
         for C.i_0 in range(4):  # blockIdx.x
-          for C.i_1 in range(32): ...
+          for C.i_1 in range(32):
+            block C S (i=C.i_0 * 32 + C.i_1):
+              C[i] = A[i] * 2.0
     """
     prim = "bind"
     owner, idx = get_loop(func, prim, loop)
@@ -51,6 +56,14 @@ def bind(func: Func, loop: str, thread: str) -> tuple[Func, None]:
     kind = owner.loop_kind(loop)
     if thread.startswith("blockIdx") and kind == "R":
         fail(prim, "thread", thread, f"loop {loop} is a reduction loop; blocks cannot share an accumulator")
+    if thread.startswith("blockIdx") and owner.attach is not None:
+        # The grid is launched by the root block of a kernel; an attached block runs inside its host's
+        # loops, in every CUDA block, so it has no grid dimension of its own (the build would refuse it).
+        root = owner
+        while root.attach is not None:
+            root = func.block(root.attach.block)
+        fail(prim, "loop", loop, f"block {owner.name} is attached inside {owner.attach.block}; only the "
+             f"outermost block of a kernel ({root.name}) may bind blockIdx")
     if thread.startswith("threadIdx"):
         ext = as_int(lp.extent)
         if ext is None:
@@ -68,13 +81,19 @@ def vectorize(func: Func, loop: str) -> tuple[Func, None]:
 
     Before ``vectorize(f, "C.j_1")``::
 
-        for C.j_1 in range(4):
-          block C SS (...): ...
+        for C.i in range(4):
+          for C.j_0 in range(2):
+            for C.j_1 in range(4):
+              block C SS (i=C.i, j=C.j_0 * 4 + C.j_1):
+                C[i, j] = A[i, j] + 1.0
 
     After::
 
-        for C.j_1 in range(4):  # vectorize
-          block C SS (...): ...
+        for C.i in range(4):
+          for C.j_0 in range(2):
+            for C.j_1 in range(4):  # vectorize
+              block C SS (i=C.i, j=C.j_0 * 4 + C.j_1):
+                C[i, j] = A[i, j] + 1.0
     """
     prim = "vectorize"
     owner, idx = get_loop(func, prim, loop)
@@ -86,6 +105,9 @@ def vectorize(func: Func, loop: str) -> tuple[Func, None]:
         fail(prim, "loop", loop, f"extent {lp.extent} must be a constant of at most {MAX_VECTOR}")
     if lp.thread:
         fail(prim, "loop", loop, f"is bound to {lp.thread}")
+    if lp.unrolled:
+        # As unroll refuses a vectorized loop: a loop is realised one way or the other, not both.
+        fail(prim, "loop", loop, "is unrolled")
     if owner.loop_kind(loop) == "R":
         fail(prim, "loop", loop, "is a reduction loop; only spatial loops vectorize")
     if func.attached_at(owner.name, loop):
@@ -94,10 +116,25 @@ def vectorize(func: Func, loop: str) -> tuple[Func, None]:
 
 
 def unroll(func: Func, loop: str) -> tuple[Func, None]:
-    """Ask for the loop to be fully unrolled.
+    """Ask for the loop, which must have a constant extent, to be fully unrolled.
 
-    Before ``unroll(f, "C.k_1")``: ``for C.k_1 in range(4):``.
-    After: ``for C.k_1 in range(4):  # unroll``.
+    Before ``unroll(f, "C.k_1")``::
+
+        for C.i in range(8):
+          for C.k_0 in range(4):
+            for C.k_1 in range(4):
+              block C SR (i=C.i, k=C.k_0 * 4 + C.k_1):
+                init C[i] = 0.0
+                C[i] += A[i, k]
+
+    After::
+
+        for C.i in range(8):
+          for C.k_0 in range(4):
+            for C.k_1 in range(4):  # unroll
+              block C SR (i=C.i, k=C.k_0 * 4 + C.k_1):
+                init C[i] = 0.0
+                C[i] += A[i, k]
     """
     prim = "unroll"
     owner, idx = get_loop(func, prim, loop)
@@ -106,6 +143,9 @@ def unroll(func: Func, loop: str) -> tuple[Func, None]:
         fail(prim, "loop", loop, "is vectorized")
     if lp.thread:
         fail(prim, "loop", loop, f"is bound to {lp.thread}")
+    if as_int(lp.extent) is None:
+        fail(prim, "loop", loop, f"has symbolic extent {lp.extent}; only a loop of constant extent can be "
+             "fully unrolled")
     return _replace_loop(func, loop, unrolled=True), None
 
 
@@ -119,8 +159,25 @@ def _check_value(prim: str, value: Any) -> None:
 def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]:
     """Attach a ``key=value`` hint to a block or loop (e.g. ``pipeline_stages=2`` on a reduction loop).
 
-    Before ``annotate(f, "C.k_0", "pipeline_stages", 2)``: ``for C.k_0 in range(8):``.
-    After: ``for C.k_0 in range(8):  # pipeline_stages=2``.
+    Before ``annotate(f, "C.k_0", "pipeline_stages", 2)``::
+
+        for C.i in range(8):
+          for C.k_0 in range(4):
+            for C.k_1 in range(4):
+              block C SR (i=C.i, k=C.k_0 * 4 + C.k_1):
+                init C[i] = 0.0
+                C[i] += A[i, k]
+
+    After::
+
+        for C.i in range(8):
+          for C.k_0 in range(4):  # pipeline_stages=2
+            for C.k_1 in range(4):
+              block C SR (i=C.i, k=C.k_0 * 4 + C.k_1):
+                init C[i] = 0.0
+                C[i] += A[i, k]
+
+    On a block the hint follows its header: ``block C SR (...):  # pipeline_stages=2``.
     """
     prim = "annotate"
     if not isinstance(key, str) or not key.isidentifier():
@@ -140,14 +197,37 @@ def storage_align(func: Func, block: str, dim: int, factor: int, offset: int) ->
 
     Used against shared-memory bank conflicts.  The loop nest is unchanged; the allocation records it.
 
-    Before ``storage_align(f, "A_shared", 0, 32, 1)``: ``alloc A_shared: float32[16, 32] shared``.
-    After: ``alloc A_shared: float32[16, 32] shared align=[(0, 32, 1)]`` (row stride 33 elements).
+    Before ``storage_align(f, "A_shared", 0, 32, 1)``::
+
+        alloc A_shared: float32[16, 32] shared
+        for A_shared.ax0 in range(16):
+          for A_shared.ax1 in range(32):
+            block A_shared SS (ax0=A_shared.ax0, ax1=A_shared.ax1):
+              A_shared[ax0, ax1] = A[ax0, ax1]
+        for C.i in range(16):
+          for C.j in range(32):
+            block C SS (i=C.i, j=C.j):
+              C[i, j] = A_shared[i, j] * 2.0
+
+    After (only the allocation changes: rows of A_shared are 33 elements apart)::
+
+        alloc A_shared: float32[16, 32] shared align=[(0, 32, 1)]
+        for A_shared.ax0 in range(16):
+          for A_shared.ax1 in range(32):
+            block A_shared SS (ax0=A_shared.ax0, ax1=A_shared.ax1):
+              A_shared[ax0, ax1] = A[ax0, ax1]
+        for C.i in range(16):
+          for C.j in range(32):
+            block C SS (i=C.i, j=C.j):
+              C[i, j] = A_shared[i, j] * 2.0
     """
     prim = "storage_align"
     blk = get_block(func, prim, block)
     buf = func.buffer(blk.store)
     if buf.scope == "global":
         fail(prim, "block", block, f"writes global buffer {buf.name}; only shared/local buffers can be padded")
+    if len(buf.shape) < 2:
+        fail(prim, "dim", dim, f"{buf.name} has {len(buf.shape)} dimension(s), so no non-last dimension to pad")
     if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(buf.shape) - 1:
         fail(prim, "dim", dim, f"must index a non-last dimension of {buf.name} (0..{len(buf.shape) - 2})")
     check_positive_int(prim, "factor", factor)

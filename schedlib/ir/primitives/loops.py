@@ -11,6 +11,8 @@ from schedlib.ir.func import Attach, Func, Loop
 from schedlib.ir.primitives.common import fail, fresh_loop, get_loop, normalize, short
 from schedlib.ir.simplify import conjunction, conjuncts
 
+INT32_MAX = 2**31 - 1  # loop variables and indices are C ints in the generated code
+
 
 def _move_attachments(func: Func, block: str, old: str, new: str) -> Func:
     blocks = tuple(
@@ -49,9 +51,13 @@ def split(func: Func, loop: str, factors: Sequence[int | None]) -> tuple[Func, l
     for f in factors:
         if f is not None and (isinstance(f, bool) or not isinstance(f, int) or f < 1):
             fail(prim, "factors", factors, f"factor {f!r} must be a positive integer or None")
+        if f is not None and f > INT32_MAX:
+            fail(prim, "factors", factors, f"factor {f} exceeds 2^31-1; loop variables are 32-bit ints")
     if lp.thread or lp.vectorized:
         fail(prim, "loop", loop, f"is {'bound to ' + lp.thread if lp.thread else 'vectorized'}; split it first")
     known = prod(f for f in factors if f is not None)
+    if known > INT32_MAX:
+        fail(prim, "factors", factors, f"product {known} exceeds 2^31-1; the split index would overflow 32 bits")
     extent = lp.extent
     ext_c = as_int(extent)
     if None in factors:
@@ -63,13 +69,16 @@ def split(func: Func, loop: str, factors: Sequence[int | None]) -> tuple[Func, l
         if known < ext_c:
             fail(prim, "factors", factors, f"product {known} is smaller than the extent {ext_c}")
         sizes = [Const(f) for f in factors]
+    covered = prod(as_int(s) or 0 for s in sizes)
+    if covered > INT32_MAX:
+        fail(prim, "factors", factors, f"the loops cover {covered} iterations, more than 2^31-1; "
+             "the split index would overflow 32 bits")
     taken = func.all_loop_names()
     names = [fresh_loop(func, owner.name, f"{short(loop)}_{k}", taken) for k in range(len(sizes))]
     value: Expr = Const(0)
     for name, size in zip(names, sizes):
         value = binary("+", binary("*", value, size), Loop(name, size).var)
-    total = prod(as_int(s) or 0 for s in sizes)
-    exact = ext_c is not None and total == ext_c
+    exact = ext_c is not None and covered == ext_c
     new_loops = tuple(Loop(n, s, unrolled=lp.unrolled if k == len(sizes) - 1 else False)
                       for k, (n, s) in enumerate(zip(names, sizes)))
     out = func.substitute_loops({loop: value})
@@ -151,13 +160,15 @@ def reorder(func: Func, loops: Sequence[str]) -> tuple[Func, None]:
 
         for C.i in range(4):
           for C.j in range(8):
-            block C SS (i=C.i, j=C.j): ...
+            block C SS (i=C.i, j=C.j):
+              C[i, j] = A[i, j] + 1.0
 
     After::
 
         for C.j in range(8):
           for C.i in range(4):
-            block C SS (i=C.i, j=C.j): ...
+            block C SS (i=C.i, j=C.j):
+              C[i, j] = A[i, j] + 1.0
     """
     prim = "reorder"
     if not isinstance(loops, (list, tuple)) or len(loops) < 2:

@@ -167,6 +167,7 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
 
     Before ``reverse_compute_at(f, "C_local", "C.i_0")``::
 
+        alloc C_local: float32[64] local
         for C.i_0 in range(4):
           for C.i_1 in range(16):
             block C S (i=C.i_0 * 16 + C.i_1):
@@ -184,7 +185,7 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
               C_local[i - C.i_0 * 16] = A[i] * 2.0
           for C_local.ax0 in range(16):
             block C_local S (ax0=C.i_0 * 16 + C_local.ax0):
-              C[ax0] = C_local[C_local.ax0]
+              C[ax0] = C_local[ax0 - C.i_0 * 16]
     """
     prim = "reverse_compute_at"
     blk = get_block(func, prim, block)
@@ -202,8 +203,14 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
         if isinstance(ix, Var) and any(a.name == ix.name and a.kind == "S" for a in blk.axes):
             dims[ix.name] = d
     spatial = [a for a in blk.axes if a.kind == "S"]
-    if len(dims) != len(reads[0].indices) or {a.name for a in spatial} != set(dims):
+    if len(dims) != len(reads[0].indices):
         fail(prim, "block", block, f"must read {buf.name} at its plain spatial axes, reads {reads[0]}")
+    unused = [a.name for a in spatial if a.name not in dims]
+    if unused:
+        # A broadcast (D[i, j] = C[i]) reads each element many times: one producer iteration's region
+        # does not determine the consumer's loops over the other axes.
+        fail(prim, "block", block, f"must read {buf.name} at all of its spatial axes, one per dimension; "
+             f"reads {reads[0]}, which does not use {', '.join(unused)}")
     for lp in host.loops[: idx + 1]:
         if host.loop_kind(lp.name) == "R":
             fail(prim, "loop", loop, f"{lp.name} at or above it reduces; {host.name}'s results are not final there")
