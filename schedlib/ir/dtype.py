@@ -82,8 +82,10 @@ def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
         out = rounded.view(np.float32)
         return np.where(nan, as_f32, out)
     if is_int(dtype) and np.issubdtype(np.asarray(values).dtype, np.floating):
-        # C semantics of a float -> int conversion: truncate toward zero.
-        return np.trunc(values).astype(_NUMPY[dtype])
+        # C semantics of a float -> int conversion: truncate toward zero.  NaN and out-of-range values have no
+        # defined result in C++ (the GPU saturates, x86 gives INT_MIN); numpy's unspecified one is as good.
+        with np.errstate(invalid="ignore"):
+            return np.trunc(values).astype(_NUMPY[dtype])
     return np.asarray(values).astype(_NUMPY[check_dtype(dtype)], copy=False)
 
 
