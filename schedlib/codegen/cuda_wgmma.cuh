@@ -119,12 +119,17 @@ __device__ __forceinline__ void sl_mbar_expect_tx(unsigned long long* bar, unsig
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(sl_smem_addr(bar)), "r"(bytes)
                : "memory");
 }
+// A phase that never completes (bytes announced but never delivered, a wrong parity) would hang the GPU until
+// the process is killed; after 2^26 failed tries (seconds: each try waits a while in hardware) the kernel traps
+// instead, which the caller sees as a launch error.
+#define SL_MBAR_MAX_TRIES (1u << 26)
 __device__ __forceinline__ void sl_mbar_wait(unsigned long long* bar, unsigned parity) {
   const unsigned addr = sl_smem_addr(bar);
-  unsigned done;
+  unsigned done, tries = 0;
   do {
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                  "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+    if (!done && ++tries == SL_MBAR_MAX_TRIES) __trap();
   } while (!done);
 }
 __device__ __forceinline__ void sl_tmap_acquire(const unsigned long long* tmap) {
