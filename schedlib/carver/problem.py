@@ -159,13 +159,20 @@ def bind_symbolic(func: Func, symbolic_value: int | Mapping[str, int] | None) ->
         if unknown:
             raise ValueError(f"symbolic_value names {sorted(unknown)}, but {func.name} has symbols "
                              f"{list(func.symbols)}")
-        values = {s: int(symbolic_value.get(s, DEFAULT_SYMBOLIC_VALUE)) for s in func.symbols}
+        values = {s: _size(symbolic_value.get(s, DEFAULT_SYMBOLIC_VALUE), s) for s in func.symbols}
     else:
-        values = dict.fromkeys(func.symbols, int(symbolic_value))
+        values = dict.fromkeys(func.symbols, _size(symbolic_value, "all symbols"))
     bad = {k: v for k, v in values.items() if v < 1}
     if bad:
         raise ValueError(f"symbolic values must be positive, got {bad}")
     return values
+
+
+def _size(value: Any, what: str) -> int:
+    # 1.7 or True would be truncated to 1 without a word: only ints stand for a dimension
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"symbolic_value for {what} must be an int, got {value!r}")
+    return int(value)
 
 
 def _count_ops(e: Expr) -> tuple[int, int]:

@@ -121,6 +121,9 @@ def _stamp(path: str) -> tuple[int, int] | None:
 
 
 def _context(func: Func, target: Any, rule: Rule | str | None, symbolic_value: Any) -> _Context:
+    if not isinstance(func, Func):
+        raise TypeError(f"the carver needs a Func (from sl.func or sl.workloads), got {type(func).__name__} "
+                        f"{func!r:.60}")
     profile = _profile(target)
     symbols = bind_symbolic(func, symbolic_value)
     rule_key = rule if rule is None or isinstance(rule, str) else id(rule)
@@ -172,7 +175,7 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if topk is not None and topk < 1:
+    if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 1):
         raise ValueError(f"topk must be a positive int or None, got {topk!r}")
     ctx = _context(func, target, rule, symbolic_value)
     space = ctx.space

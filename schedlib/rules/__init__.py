@@ -44,7 +44,15 @@ def find_rule(func: Func, target: Any) -> Rule:
     raise LookupError(f"no rule applies to {func.name}")
 
 
+def _checked_func(func: Any, caller: str) -> Func:
+    if not isinstance(func, Func):
+        raise TypeError(f"{caller}: expected a Func (from sl.func or sl.workloads), got {type(func).__name__} "
+                        f"{func!r:.60}")
+    return func
+
+
 def _apply_one(func: Func, target: Any) -> Schedule:
+    _checked_func(func, "apply_default")
     profile = resolve(target)
     for rule in RULES:
         try:
@@ -61,11 +69,14 @@ def apply_default(func_or_list: Func | Sequence[Func], target: Any = "h100") -> 
     """The first applicable rule's expert schedule (for a list: one schedule per func)."""
     if isinstance(func_or_list, Func):
         return _apply_one(func_or_list, target)
+    if isinstance(func_or_list, (str, bytes)) or not hasattr(func_or_list, "__iter__"):
+        raise TypeError(f"apply_default: expected a Func or a list of Funcs, got {type(func_or_list).__name__}")
     return [_apply_one(f, target) for f in func_or_list]
 
 
 def explain(func: Func, target: Any = "h100") -> str:
     """Which rule takes ``func`` on ``target`` and why each earlier rule declined."""
+    _checked_func(func, "explain")
     profile = resolve(target)
     lines = [f"func {func.name} on {profile.key}:"]
     for rule in RULES:

@@ -50,7 +50,7 @@ class Space:
         for k in self.knobs:
             if k.name == name:
                 return k
-        raise KeyError(name)
+        raise KeyError(f"the {self.rule} space has no knob {name!r}; its knobs are {self.names}")
 
     @property
     def size(self) -> int:
@@ -59,10 +59,12 @@ class Space:
 
     def reason(self, config: Mapping[str, Any]) -> str | None:
         """Why ``config`` is not a legal point (None when it is)."""
+        if not isinstance(config, Mapping):
+            return f"a config is a mapping of knob values, got {type(config).__name__}"
         for k in self.knobs:
             if k.name not in config:
                 return f"knob {k.name} is missing"
-            if config[k.name] not in k.values:
+            if not _one_of(config[k.name], k.values):
                 return f"knob {k.name}={config[k.name]!r} is not one of {list(k.values)}"
         extra = set(config) - set(self.names)
         if extra:
@@ -72,14 +74,19 @@ class Space:
     def validate(self, config: Mapping[str, Any]) -> Config:
         why = self.reason(config)
         if why is not None:
-            raise ScheduleError(f"{self.rule}.apply", "config", dict(config), why)
+            raise ScheduleError(f"{self.rule}.apply", "config", dict(config) if isinstance(config, Mapping)
+                                else config, why)
         return dict(config)
 
     def is_legal(self, config: Mapping[str, Any]) -> bool:
         return self.reason(config) is None
 
     def enumerate(self, limit: int | None = None) -> Iterator[Config]:
-        """Legal points in lexicographic order of the knob values."""
+        """Legal points in lexicographic order of the knob values (at most ``limit`` of them)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"{self.rule} space: enumerate(limit={limit!r}) needs None or an int >= 0")
+        if limit == 0:
+            return
         n = 0
         for values in itertools.product(*(k.values for k in self.knobs)):
             config = dict(zip(self.names, values))
@@ -92,6 +99,8 @@ class Space:
     def sample(self, rng: random.Random, tries: int = 20000) -> Config:
         """A random legal point (rejection sampling).  Spaces whose knobs are pinned per path (the matmul's
         tensor-core and SIMT knobs) have a few legal points per thousand, hence the generous default."""
+        if not hasattr(rng, "choice"):
+            raise TypeError(f"{self.rule} space: sample needs a random.Random, got {type(rng).__name__}")
         for _ in range(tries):
             config = {k.name: rng.choice(k.values) for k in self.knobs}
             if self.is_legal(config):
@@ -184,6 +193,12 @@ class Rule(ABC):
 
     def __repr__(self) -> str:
         return f"<Rule {self.name}>"
+
+
+def _one_of(value: Any, values: tuple[Any, ...]) -> bool:
+    """``value`` is one of ``values`` with the same type too: ``32.0`` or ``True`` equal ``32`` or ``1`` but would
+    reach the schedule as a float split factor or a flag."""
+    return any(value == v and type(value) is type(v) for v in values)
 
 
 def _resolving_target(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -228,14 +228,21 @@ class CostModel:
         return np.asarray(score, dtype=float) if self.objective == "regression" else -np.asarray(score, float)
 
     def rank_correlation(self, configs: Sequence[Config], times_us: Sequence[float]) -> dict[str, float]:
-        """Spearman's rho and Kendall's tau between predictions and measured times (ok ones only)."""
+        """Spearman's rho and Kendall's tau between predictions and measured times (finite, positive ones)."""
         from scipy.stats import kendalltau, spearmanr
 
         t = np.asarray(times_us, dtype=float)
-        keep = np.isfinite(t)
+        keep = np.isfinite(t) & (t > 0)
         configs = [c for c, k in zip(configs, keep) if k]
         if len(configs) < 3:
-            raise ValueError(f"rank correlation needs at least 3 successful records, got {len(configs)}")
+            raise ValueError(f"rank correlation needs at least 3 records with a positive time, got {len(configs)}")
+        if np.all(t[keep] == t[keep][0]):
+            raise ValueError("every record has the same time: a rank correlation is undefined")
+        space = self.featurizer.space
+        for c in configs:
+            why = space.reason(c) if isinstance(c, Mapping) else f"a config is a mapping, got {type(c).__name__}"
+            if why is not None:
+                raise ValueError(f"a record is not a point of this model's {space.rule} space: {why}")
         pred = self.predict(configs)
         return {"spearman": float(spearmanr(pred, t[keep]).statistic),
                 "kendall": float(kendalltau(pred, t[keep]).statistic), "n": len(configs)}
@@ -243,6 +250,9 @@ class CostModel:
     def evaluate(self, records: pd.DataFrame) -> dict[str, float]:
         """Rank correlation on held-out records (a frame with ``config`` and ``time_us`` columns, such as
         ``TuneResult.records`` of another run or a replay recording)."""
+        missing = [c for c in ("config", "time_us") if not isinstance(records, pd.DataFrame) or c not in records]
+        if missing:
+            raise ValueError(f"evaluate needs a DataFrame with 'config' and 'time_us' columns (missing {missing})")
         rows = records[records["status"] == OK] if "status" in records else records
         return self.rank_correlation(list(rows["config"]), list(rows["time_us"]))
 

@@ -268,6 +268,16 @@ class _Tuner:
             self.study.set_user_attr(f"rebench:{self.codec.key(config)}", m.user_attrs())
 
 
+def _check_counts(**counts: Any) -> None:
+    """Counts that may be 0 (``topk=0``: no carver warm start; ``screen=0``: no screening), or None where the
+    default applies: a bool, a float or a negative number is a mistake, not a request."""
+    for name, value in counts.items():
+        if value is None and name == "screen":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"tune: {name}={value!r}; expected an int >= 0")
+
+
 def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tpe", storage: Any = None,
          backend: str | Backend = "estimate", *, seed: int = 0, quiet: bool = False, warm_start: bool = True,
          timeout_per_trial: float | None = None, rule: Rule | str | None = None, screen: int | None = None,
@@ -298,6 +308,10 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
         raise ValueError(f"tune: timeout_per_trial={timeout_per_trial!r}; expected a finite number of seconds > 0")
     if strategy not in STRATEGIES:
         raise ValueError(f"tune: unknown strategy {strategy!r}; expected one of {list(STRATEGIES)}")
+    _check_counts(topk=topk, screen=screen, seed=seed, rebenchmark_top=rebenchmark_top)
+    if stop_below_us is not None and (isinstance(stop_below_us, bool) or not isinstance(stop_below_us, (int, float))
+                                      or not 0 < stop_below_us < math.inf):
+        raise ValueError(f"tune: stop_below_us={stop_below_us!r}; expected a finite time in microseconds > 0")
     if model_objective not in ("rank", "regression"):
         raise ValueError(f"tune: model_objective={model_objective!r}; expected 'rank' or 'regression'")
     if features not in ("auto", "knobs"):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+import schedlib as sl
 import schedlib.search as S
 from schedlib.errors import SchedlibError
 
@@ -40,3 +42,25 @@ def test_apply_best_never_creates_a_storage(tmp_path: Path) -> None:
         with pytest.raises(S.NoRecordError, match="does not exist"):
             S.apply_best(toy_func(), "h100", storage)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"topk": -1}, "topk=-1"), ({"topk": 1.5}, "topk=1.5"), ({"topk": True}, "topk=True"),
+    ({"screen": -1}, "screen=-1"), ({"screen": "x"}, "screen='x'"), ({"seed": "x"}, "seed='x'"),
+    ({"stop_below_us": -1.0}, "stop_below_us=-1.0"), ({"stop_below_us": float("nan")}, "stop_below_us=nan"),
+])
+def test_counts_and_thresholds_are_checked(kwargs: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        S.tune(sl.workloads.matmul(64, 64, 64), "h100", trials=1, storage="memory", quiet=True, **kwargs)
+
+
+def test_cost_model_evaluation_refuses_what_it_cannot_rank() -> None:
+    res = S.tune(sl.workloads.matmul(64, 64, 64), "h100", trials=12, strategy="random", storage="memory",
+                 quiet=True)
+    with pytest.raises(ValueError, match="every record has the same time"):
+        res.cost_model.evaluate(res.records.assign(time_us=1.0))
+    with pytest.raises(ValueError, match="missing \\['config'\\]"):
+        res.cost_model.evaluate(res.records.drop(columns=["config"]))
+    other = S.tune(sl.workloads.softmax(8, 64), "h100", trials=4, strategy="random", storage="memory", quiet=True)
+    with pytest.raises(ValueError, match="not a point of this model's matmul space"):
+        res.cost_model.evaluate(other.records)
