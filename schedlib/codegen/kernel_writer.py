@@ -42,15 +42,21 @@ class _Ctx:
 
 @dataclass(frozen=True)
 class TensorMapSpec:
-    """A launch parameter that is a TMA tensor map of ``buffer`` (a 2-byte-element array viewed as
+    """A launch parameter that is a TMA tensor map of ``buffer`` (of 2-byte ``dtype``, viewed as
     ``[batch, rows, cols]``): boxes of ``box`` elements (innermost first), rows swizzled over ``swizzle`` bytes.
     The runtime builds it from the array it launches with (the driver's encoding on the GPU, the emulator's own
-    layout on the CPU)."""
+    layout on the CPU); the spec itself is the argument value the emulator's launch takes for the parameter."""
 
     param: str
     buffer: str
+    dtype: str
     box: tuple[int, int, int]
     swizzle: int
+
+
+def tmap_param(buffer: str) -> str:
+    """The C name of the kernel parameter holding the tensor map of ``buffer``."""
+    return f"sl_tmap_{mangle(buffer)}"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,14 @@ import math
 from collections.abc import Callable
 
 from schedlib.codegen.cuda_expr import ExprPrinter, ctype, mangle
-from schedlib.codegen.kernel_writer import BLOCK_TAGS, STATIC_SMEM_LIMIT, SYMBOL_PREFIX, KernelSpec
+from schedlib.codegen.kernel_writer import (
+    BLOCK_TAGS,
+    STATIC_SMEM_LIMIT,
+    SYMBOL_PREFIX,
+    KernelSpec,
+    TensorMapSpec,
+    tmap_param,
+)
 from schedlib.codegen.layout import flatten
 from schedlib.codegen.mma_pattern import COPY_ELEMENTS, MmaPlan, Operand, plan
 from schedlib.errors import BuildError
@@ -321,8 +328,9 @@ class TensorCoreWriter:
         return self._finish(decls, comment, f"{threads}", (32, warps_n, warps_m), dynamic, 0 if dynamic else total)
 
     def _finish(self, decls: list[str], comment: str, bounds: str, block: tuple[int, int, int], dynamic: int,
-                static: int) -> tuple[str, KernelSpec]:
-        """The kernel's text (signature, shared declarations, body) and launch spec."""
+                static: int, tensor_maps: tuple[TensorMapSpec, ...] = ()) -> tuple[str, KernelSpec]:
+        """The kernel's text (signature, shared declarations, body) and launch spec; each of ``tensor_maps`` is
+        one more parameter, a pointer to the map named ``sl_tmap_<buffer>``."""
         p = self.plan
         used = {b for blk in self.func.subtree(p.main.name, 0) for b in (blk.store, *blk.read_buffers)}
         order = [*self.func.inputs, *self.func.outputs, *sorted(self.scratch)]
@@ -334,9 +342,11 @@ class TensorCoreWriter:
             else:
                 const = "const " if n in self.func.inputs else ""
                 params.append(f"SL_GLOBAL({const}{ctype(self.func.buffer(n).dtype)}) {mangle(n)}")
+        params += [f"SL_GLOBAL(const unsigned long long) {tmap_param(m.buffer)}" for m in tensor_maps]
+        names += tuple(m.param for m in tensor_maps)
         head = f'extern "C" __global__ void __launch_bounds__({bounds}) {self.name}({", ".join(params)}) {{'
         text = "\n".join([head, f"  // {comment}", *("  " + d for d in decls), *self.lines, "}"])
         bound = {lp.thread: lp.extent for lp in p.main.loops if lp.thread in BLOCK_TAGS}
         grid = tuple(bound.get(tag, Const(1)) for tag in BLOCK_TAGS)
-        spec = KernelSpec(self.name, grid, block, names, dynamic, static)  # type: ignore[arg-type]
+        spec = KernelSpec(self.name, grid, block, names, dynamic, static, tensor_maps)  # type: ignore[arg-type]
         return text, spec

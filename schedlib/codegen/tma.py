@@ -22,12 +22,11 @@ tensor maps require; the rule checks it, and the runtime refuses a launch whose 
 
 from __future__ import annotations
 
-from schedlib.codegen.cuda_expr import mangle
-from schedlib.codegen.kernel_writer import KernelSpec, TensorMapSpec
+from schedlib.codegen.kernel_writer import KernelSpec, TensorMapSpec, tmap_param
 from schedlib.codegen.mma_pattern import Operand
-from schedlib.codegen.wgmma import WgmmaWriter
-from schedlib.ir.expr import Const, Expr, Var, as_int
-from schedlib.ir.func import Block
+from schedlib.codegen.wgmma import ALIGN, SharedLayout, WgmmaWriter
+from schedlib.ir.expr import Const, Expr, as_int
+from schedlib.ir.func import Block, Func
 
 LOADER = "tma"
 TMAP_PREFIX = "@tmap:"  # launch parameters that are tensor maps of the named buffer
@@ -39,8 +38,10 @@ def uses_tma(root: Block) -> bool:
 
 
 class WgmmaTmaWriter(WgmmaWriter):
-    def __init__(self, func: object, root: Block, scratch: set[str]) -> None:
-        super().__init__(func, root, scratch)  # type: ignore[arg-type]
+    loader = "TMA"
+
+    def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
+        super().__init__(func, root, scratch)
         for op in (self.plan.a, self.plan.b):
             if len(op.roles) > 3:
                 self._fail(f"operand {op.source.name} has {len(op.roles)} dimensions; TMA copies here take at most "
@@ -51,19 +52,17 @@ class WgmmaTmaWriter(WgmmaWriter):
                            "16-byte units (a multiple of 8)")
         self.maps = {key: self._map(op, self.layouts[key]) for key, op in (("a", self.plan.a), ("b", self.plan.b))}
 
-    def _map(self, op: Operand, lay: object) -> TensorMapSpec:
+    def _map(self, op: Operand, lay: SharedLayout) -> TensorMapSpec:
         rows, cols = self._tile_shape(op)
-        width = lay.width  # type: ignore[attr-defined]
-        box = (cols, rows, 1) if lay.k_major else (width // 2, rows, 1)  # type: ignore[attr-defined]
-        return TensorMapSpec(TMAP_PREFIX + op.source.name, op.source.name, box, width)
+        box = (cols, rows, 1) if lay.k_major else (lay.width // 2, rows, 1)
+        return TensorMapSpec(TMAP_PREFIX + op.source.name, op.source.name, op.source.dtype, box, lay.width)
 
     # the ring ---------------------------------------------------------------------------------
     def _loader(self, smem: dict[str, str], threads: int) -> None:
         p = self.plan
         bk = p.tile[p.k]
         self.emit(f"const int sl_ktiles = ({self._e(p.extent(p.k))} + {bk - 1}) / {bk};")
-        stage_bytes = sum(2 * box[0] * box[1] * self._copies(key) for key, box in
-                          ((k, m.box) for k, m in self.maps.items()))
+        stage_bytes = sum(2 * m.box[0] * m.box[1] * self._copies(key) for key, m in self.maps.items())
         self.emit("auto sl_load = [&](int sl_stage, int sl_kt) {")
         self.depth += 1
         self.open("if (sl_tid == 0)")
@@ -82,7 +81,7 @@ class WgmmaTmaWriter(WgmmaWriter):
 
     def _copy_tma(self, key: str, op: Operand, smem: str) -> None:
         lay = self.layouts[key]
-        tmap = f"&{self._param(op)}[0]"
+        tmap = f"&{tmap_param(op.source.name)}[0]"
         batch = self._e(self._batch_coordinate(op))
         for g in range(self._copies(key)):
             group = f" + {g * (lay.width // 2)}" if g else ""
@@ -92,12 +91,8 @@ class WgmmaTmaWriter(WgmmaWriter):
             self.emit(f"sl_tma_load_3d({dst}, {tmap}, {x}, {y}, {batch}, &sl_full[sl_stage]);")
 
     def _batch_coordinate(self, op: Operand) -> Expr:
-        if len(op.roles) == 2:
-            return Const(0)
-        return self._batch().get(op.roles[0], Var(op.roles[0]))
-
-    def _param(self, op: Operand) -> str:
-        return f"sl_tmap_{mangle(op.source.name)}"
+        """The operand's batch index (0 for an operand without one, shared by the whole batch)."""
+        return self._batch()[op.roles[0]] if len(op.roles) == 3 else Const(0)
 
     def _ring_setup(self) -> None:
         self.open("if (sl_tid == 0)")
@@ -106,7 +101,7 @@ class WgmmaTmaWriter(WgmmaWriter):
         self.close()
         self.emit("sl_mbar_init_fence();")
         for op in (self.plan.a, self.plan.b):
-            self.emit(f"sl_tmap_acquire(&{self._param(op)}[0]);")
+            self.emit(f"sl_tmap_acquire(&{tmap_param(op.source.name)}[0]);")
         self.close()
         self.emit("__syncthreads();  // the barriers exist before anyone waits on them")
 
@@ -118,20 +113,11 @@ class WgmmaTmaWriter(WgmmaWriter):
 
     # assembly ---------------------------------------------------------------------------------
     def _finish(self, decls: list[str], comment: str, bounds: str, block: tuple[int, int, int], dynamic: int,
-                static: int) -> tuple[str, KernelSpec]:
+                static: int, tensor_maps: tuple[TensorMapSpec, ...] = ()) -> tuple[str, KernelSpec]:
         """The cp.async kernel's declarations plus the slots' mbarriers (after everything the ring and the staged
         output use, 8-byte aligned) and the tensor-map parameters."""
-        p = self.plan
-        used = dynamic - 1024  # the ring or staged output, past the alignment slack
-        offset = -(-used // MBARRIER_BYTES) * MBARRIER_BYTES
-        decls = [*decls, f"SL_SHARED_VIEW(unsigned long long, sl_full, sl_smem, sl_pad + {offset}, {p.stages});"]
-        comment = comment.replace("cp.async", "TMA")
-        text, spec = super()._finish(decls, comment, bounds, block, offset + MBARRIER_BYTES * p.stages + 1024,
-                                     static)
-        params = [f"SL_GLOBAL(const unsigned long long) {self._param(op)}" for op in (p.a, p.b)]
-        head, rest = text.split(") {", 1)
-        text = f"{head}, {', '.join(params)}) {{{rest}"
-        maps = tuple(self.maps[k] for k in ("a", "b"))
-        spec = KernelSpec(spec.name, spec.grid, spec.block, (*spec.params, *(m.param for m in maps)),
-                          spec.dynamic_smem, spec.static_smem, maps)
-        return text, spec
+        stages = self.plan.stages
+        offset = -(-(dynamic - ALIGN) // MBARRIER_BYTES) * MBARRIER_BYTES  # past the ring or staged output
+        decls = [*decls, f"SL_SHARED_VIEW(unsigned long long, sl_full, sl_smem, sl_pad + {offset}, {stages});"]
+        return super()._finish(decls, comment, bounds, block, offset + MBARRIER_BYTES * stages + ALIGN, static,
+                               (self.maps["a"], self.maps["b"]))

@@ -69,6 +69,8 @@ class SharedLayout:
 
 
 class WgmmaWriter(TensorCoreWriter):
+    loader = "cp.async"  # what fills the ring, as the kernel's comment names it
+
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
         super().__init__(func, root, scratch)
         p = self.plan
@@ -252,7 +254,8 @@ class WgmmaWriter(TensorCoreWriter):
                          f"{stage // BYTES[out.dtype]});")
         la, lb = self.layouts["a"], self.layouts["b"]
         comment = (f"wgmma (sm_90a): block {p.tile[p.m]}x{p.tile[p.n]}x{p.tile[p.k]}, "
-                   f"{self.warps_m // 4 * self.warps_n} warpgroup(s) of 64x{p.warp[1]}, {p.stages}-stage cp.async, "
+                   f"{self.warps_m // 4 * self.warps_n} warpgroup(s) of 64x{p.warp[1]}, "
+                   f"{p.stages}-stage {self.loader}, "
                    f"raster {p.raster}; A {'K' if la.k_major else 'M'}-major {la.width}B swizzle, "
                    f"B {'K' if lb.k_major else 'N'}-major {lb.width}B swizzle")
         dynamic = max(sum(sizes.values()), stage) + ALIGN

@@ -13,7 +13,7 @@ from schedlib.errors import BuildError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.reference import bind_symbols, evaluate_int
 from schedlib.runtime.nvcc import build_cubin
-from schedlib.runtime.tensor_map import TensorMapRequest, gpu_encode
+from schedlib.runtime.tensor_map import gpu_encode
 
 _MODULES: dict[str, Any] = {}
 STATIC_SMEM_LIMIT = 48 * 1024
@@ -115,8 +115,7 @@ def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
         args[buf.name] = cp.empty(shape, dtype=cp.uint16 if buf.dtype == "bfloat16" else numpy_dtype(buf.dtype))
     for spec in kernel.launch:
         for tm in spec.tensor_maps:  # in device memory, encoded from the very arrays launched with
-            request = TensorMapRequest(tm.buffer, func.buffer(tm.buffer).dtype, tm.box, tm.swizzle)
-            args[tm.param] = gpu_encode(cp, args[tm.buffer], request)
+            args[tm.param] = gpu_encode(cp, args[tm.buffer], tm)
     module = module_for(cp, kernel.source, kernel.module.arch)
     for spec in kernel.launch:
         fn = module.get_function(spec.name)

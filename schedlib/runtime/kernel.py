@@ -22,7 +22,6 @@ from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.expr import Expr
 from schedlib.ir.func import Func
 from schedlib.ir.reference import bind_symbols, evaluate_int
-from schedlib.runtime.tensor_map import TensorMapRequest
 
 
 @dataclass(frozen=True)
@@ -110,8 +109,7 @@ class Kernel:
             args[buf.name] = np.zeros(shape, dtype=np.uint16 if buf.dtype == "bfloat16" else numpy_dtype(buf.dtype))
         args.update({f"${s}": int(v) for s, v in symbols.items()})  # symbol parameters are keyed "$name"
         for spec in self.launch:  # encoded by the emulator from the arrays it launches with
-            for tm in spec.tensor_maps:
-                args[tm.param] = TensorMapRequest(tm.buffer, self.func.buffer(tm.buffer).dtype, tm.box, tm.swizzle)
+            args.update({tm.param: tm for tm in spec.tensor_maps})
         launches = [KernelLaunch(spec.name, spec.grid_for(symbols), spec.block, spec.params, spec.dynamic_smem)
                     for spec in self.launch]
         emulate(self.source, launches, args, bounds_check=bounds_check, threads=threads)

@@ -1,4 +1,5 @@
-"""TMA tensor maps for the launch parameters a kernel declares (:class:`schedlib.codegen.TensorMapSpec`).
+"""TMA tensor maps for the launch parameters a kernel declares
+(:class:`schedlib.codegen.kernel_writer.TensorMapSpec`).
 
 A tensor map describes a global array to the Tensor Memory Accelerator: its base address, sizes and strides,
 the box one copy moves and the swizzle it applies in shared memory.  Kernels view every operand as
@@ -14,11 +15,11 @@ from __future__ import annotations
 
 import ctypes
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from schedlib.codegen.kernel_writer import TensorMapSpec
 from schedlib.errors import BuildError, ShapeError
 
 WORDS = 16  # 128 bytes, as uint64
@@ -29,16 +30,6 @@ _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _L2_PROMOTION_256B = 3
 _INTERLEAVE_NONE = 0
 _OOB_FILL_ZERO = 0
-
-
-@dataclass(frozen=True)
-class TensorMapRequest:
-    """The argument value of one tensor-map parameter: which buffer, and the spec's box and swizzle."""
-
-    buffer: str
-    dtype: str
-    box: tuple[int, int, int]
-    swizzle: int
 
 
 def geometry(shape: tuple[int, ...], itemsize: int, name: str) -> tuple[tuple[int, int, int], tuple[int, int]]:
@@ -57,7 +48,7 @@ def geometry(shape: tuple[int, ...], itemsize: int, name: str) -> tuple[tuple[in
     return (dims[0], dims[1], dims[2]), (row, row * dims[1])
 
 
-def emulator_encode(address: int, shape: tuple[int, ...], itemsize: int, req: TensorMapRequest) -> np.ndarray:
+def emulator_encode(address: int, shape: tuple[int, ...], itemsize: int, req: TensorMapSpec) -> np.ndarray:
     """The emulator's 128-byte tensor map of the array at host ``address``."""
     dims, strides = geometry(shape, itemsize, req.buffer)
     words = np.zeros(WORDS, dtype=np.uint64)
@@ -96,7 +87,7 @@ _CACHE: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _CACHE_SIZE = 64
 
 
-def gpu_encode(cp: Any, array: Any, req: TensorMapRequest) -> Any:
+def gpu_encode(cp: Any, array: Any, req: TensorMapSpec) -> Any:
     """The driver's tensor map of a cupy ``array``, in device memory (a cupy uint64 array of 16 words); the same
     address, shape, dtype, box and swizzle give the same (cached) map."""
     key = (int(array.data.ptr), tuple(array.shape), str(array.dtype), req)
@@ -111,7 +102,7 @@ def gpu_encode(cp: Any, array: Any, req: TensorMapRequest) -> Any:
     return words
 
 
-def _encode(cp: Any, array: Any, req: TensorMapRequest) -> Any:
+def _encode(cp: Any, array: Any, req: TensorMapSpec) -> Any:
     itemsize = int(array.dtype.itemsize)
     dims, strides = geometry(tuple(array.shape), itemsize, req.buffer)
     if array.data.ptr % 16:

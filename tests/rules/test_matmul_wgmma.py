@@ -16,7 +16,6 @@ import schedlib.rules as rules
 from schedlib import workloads as wl
 from schedlib.runtime.emulator import KernelLaunch, emulate
 from schedlib.runtime.nvcc import compile_check
-from schedlib.runtime.tensor_map import TensorMapRequest
 
 from .helpers import MatmulCase as Case
 from .helpers import check_schedule, random_inputs
@@ -162,7 +161,7 @@ def test_a_pipeline_that_refills_slots_in_use_is_caught(template: str, rng: np.r
     assert kernel.source.count(in_loop) == 1
     inputs = random_inputs(f, rng)
     want = sl.run_reference(f, inputs)["D"].astype(np.float64)
-    maps = {m.param: TensorMapRequest(m.buffer, "float16", m.box, m.swizzle) for m in spec.tensor_maps}
+    maps = {m.param: m for m in spec.tensor_maps}
     assert len(maps) == (2 if template == "wgmma_tma" else 0)
     for variant, source in (("ok", kernel.source), ("no_wait", kernel.source.replace(in_loop, ""))):
         out = np.full((128, 64), np.nan, np.float16)

@@ -16,7 +16,6 @@ import schedlib.hw
 import schedlib.rules as rules
 from schedlib import workloads as wl
 from schedlib.runtime.emulator import KernelLaunch, emulate
-from schedlib.runtime.tensor_map import TensorMapRequest
 
 from .helpers import MatmulCase as Case
 from .helpers import check_schedule
@@ -94,7 +93,7 @@ def test_a_slot_waited_with_the_wrong_parity_hangs_and_is_reported() -> None:
     broken = kernel.source.replace(wait, "sl_mbar_wait(&sl_full[sl_stage], ((C_k_0 / 2) & 1) ^ 1);")
     (spec,) = kernel.launch
     a, b = np.ones((64, 256), np.float16), np.ones((256, 64), np.float16)
-    maps = {m.param: TensorMapRequest(m.buffer, "float16", m.box, m.swizzle) for m in spec.tensor_maps}
+    maps = {m.param: m for m in spec.tensor_maps}
     with pytest.raises(sl.EmulatorError, match="mbarrier phase"):
         emulate(broken, [KernelLaunch(spec.name, spec.grid_for({}), spec.block, spec.params, spec.dynamic_smem)],
                 {"A": a, "B": b, "D": np.zeros((64, 64), np.float16), **maps})

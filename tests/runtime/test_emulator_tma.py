@@ -12,9 +12,10 @@ import pytest
 from emu_kernels import full, needs_gxx
 from test_emulator_wgmma import pattern_row
 
+from schedlib.codegen.kernel_writer import TensorMapSpec
 from schedlib.errors import EmulatorError, ShapeError
 from schedlib.runtime.emulator import KernelLaunch, emulate
-from schedlib.runtime.tensor_map import TensorMapRequest, geometry
+from schedlib.runtime.tensor_map import geometry
 
 pytestmark = needs_gxx
 
@@ -66,7 +67,7 @@ def run_copy(x: np.ndarray, origin: tuple[int, int, int], box: tuple[int, int, i
              parity: int = 0, announce: int | None = None, threads: int = 64) -> np.ndarray:
     n = int(np.prod(box))
     out = np.full(n, np.nan, np.float16)
-    req = TensorMapRequest("X", "float16", box, swizzle)
+    req = TensorMapSpec("tmap", "X", "float16", box, swizzle)
     args = {"X": x, "out": out, "n": n, "tmap": req, "c0": origin[0], "c1": origin[1], "c2": origin[2],
             "bytes": 2 * n if announce is None else announce, "parity": parity}
     params = ("X", "out", "n", "tmap", "c0", "c1", "c2", "bytes", "parity")

@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from schedlib.codegen.kernel_writer import TensorMapSpec
 from schedlib.errors import BuildError, ShapeError
 from schedlib.runtime import tensor_map
-from schedlib.runtime.tensor_map import TensorMapRequest, gpu_encode
+from schedlib.runtime.tensor_map import gpu_encode
 
 
 class FakeDriver:
@@ -50,18 +51,22 @@ def driver(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
 FAKE_CP = SimpleNamespace(asarray=np.asarray)
 
 
+def tmap(buffer: str, dtype: str, box: tuple[int, int, int], swizzle: int) -> TensorMapSpec:
+    return TensorMapSpec(f"@tmap:{buffer}", buffer, dtype, box, swizzle)
+
+
 def test_the_driver_gets_the_3d_view_box_and_swizzle(driver: FakeDriver) -> None:
-    words = gpu_encode(FAKE_CP, fake_cupy_array((3, 200, 136)), TensorMapRequest("A", "bfloat16", (64, 128, 1), 128))
+    words = gpu_encode(FAKE_CP, fake_cupy_array((3, 200, 136)), tmap("A", "bfloat16", (64, 128, 1), 128))
     (call,) = driver.calls
     assert call == {"dtype": 9, "rank": 3, "address": 0x7F0000001000, "dims": [136, 200, 3], "strides": [272, 54400],
                     "box": [64, 128, 1], "elem_strides": [1, 1, 1], "interleave": 0, "swizzle": 3, "l2": 3, "oob": 0}
     assert words.dtype == np.uint64 and words.tobytes() == bytes(range(128))  # the driver's bytes, unchanged
-    gpu_encode(FAKE_CP, fake_cupy_array((64, 48)), TensorMapRequest("B", "float16", (32, 16, 1), 64))
+    gpu_encode(FAKE_CP, fake_cupy_array((64, 48)), tmap("B", "float16", (32, 16, 1), 64))
     assert driver.calls[1]["dtype"] == 6 and driver.calls[1]["dims"] == [48, 64, 1] and driver.calls[1]["swizzle"] == 2
 
 
 def test_relaunching_on_the_same_arrays_reuses_the_map(driver: FakeDriver) -> None:
-    req = TensorMapRequest("A", "float16", (64, 128, 1), 128)
+    req = tmap("A", "float16", (64, 128, 1), 128)
     first = gpu_encode(FAKE_CP, fake_cupy_array((256, 64)), req)
     assert gpu_encode(FAKE_CP, fake_cupy_array((256, 64)), req) is first and len(driver.calls) == 1
     gpu_encode(FAKE_CP, fake_cupy_array((256, 64), ptr=0x7F0000100000), req)  # another array: a new map
@@ -72,14 +77,14 @@ def test_relaunching_on_the_same_arrays_reuses_the_map(driver: FakeDriver) -> No
 def test_a_refusal_by_the_driver_names_the_map(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tensor_map, "_DRIVER", FakeDriver(result=1))
     with pytest.raises(BuildError, match=r"refused the tensor map of A \(CUresult 1\): sizes \(64, 8, 1\)"):
-        gpu_encode(FAKE_CP, fake_cupy_array((8, 64)), TensorMapRequest("A", "float16", (64, 8, 1), 128))
+        gpu_encode(FAKE_CP, fake_cupy_array((8, 64)), tmap("A", "float16", (64, 8, 1), 128))
 
 
 def test_misaligned_arrays_are_refused_before_the_driver(driver: FakeDriver) -> None:
     with pytest.raises(ShapeError, match="16-byte aligned base address"):
-        gpu_encode(FAKE_CP, fake_cupy_array((8, 64), ptr=0x1008), TensorMapRequest("A", "float16", (64, 8, 1), 128))
+        gpu_encode(FAKE_CP, fake_cupy_array((8, 64), ptr=0x1008), tmap("A", "float16", (64, 8, 1), 128))
     with pytest.raises(ShapeError, match="rows of 20 elements"):
-        gpu_encode(FAKE_CP, fake_cupy_array((8, 20)), TensorMapRequest("A", "float16", (16, 8, 1), 32))
+        gpu_encode(FAKE_CP, fake_cupy_array((8, 20)), tmap("A", "float16", (16, 8, 1), 32))
     assert driver.calls == []
 
 
@@ -90,4 +95,4 @@ def test_no_driver_library_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(tensor_map, "_DRIVER", None)
     monkeypatch.setattr(tensor_map.ctypes, "CDLL", missing)
     with pytest.raises(BuildError, match=r"need the CUDA driver library \(libcuda.so.1\)"):
-        gpu_encode(FAKE_CP, fake_cupy_array((8, 64)), TensorMapRequest("A", "float16", (64, 8, 1), 128))
+        gpu_encode(FAKE_CP, fake_cupy_array((8, 64)), tmap("A", "float16", (64, 8, 1), 128))

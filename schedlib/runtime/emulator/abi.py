@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from schedlib.codegen.kernel_writer import TensorMapSpec
 from schedlib.errors import EmulatorError
-from schedlib.runtime.tensor_map import TensorMapRequest, emulator_encode
+from schedlib.runtime.tensor_map import emulator_encode
 
 ABI_VERSION = 1  # SL_EMU_ABI_VERSION in sl_emu_launch.h; bump both when LaunchStruct changes
 KIND_PTR, KIND_INT, KIND_FLOAT = 0, 1, 2
@@ -122,7 +123,7 @@ def pack_launch(
             keep.extend((dev, dname))
             kinds[i], dtypes[i], ptrs[i] = KIND_PTR, dname, dev.ctypes.data
             nbytes[i], readonly[i] = dev.nbytes, int(not dev.flags.writeable)
-        elif isinstance(value, TensorMapRequest):
+        elif isinstance(value, TensorMapSpec):
             if not isinstance(args.get(value.buffer), np.ndarray):
                 raise EmulatorError(f"kernel {kernel!r}: tensor map {pname!r} describes {value.buffer!r}, "
                                     "which is not an array argument")

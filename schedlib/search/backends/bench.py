@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from schedlib.codegen.kernel_writer import TensorMapSpec
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.runtime.timing import event_timer, repetitions
 
@@ -68,10 +69,10 @@ class CupyDevice:
         except Exception as exc:
             raise self.fault(exc) from None
 
-    def tensor_map(self, array: Any, request: Any) -> Any:
+    def tensor_map(self, array: Any, spec: TensorMapSpec) -> Any:
         from schedlib.runtime.tensor_map import gpu_encode
 
-        return gpu_encode(self.xp, array, request)
+        return gpu_encode(self.xp, array, spec)
 
     def launch(self, fn: Any, grid: Sequence[int], block: Sequence[int], params: list[tuple[str, Any]],
                smem: int) -> None:
@@ -130,8 +131,8 @@ class EmulatorDevice:
         launch = KernelLaunch(name, tuple(grid), tuple(block), tuple(n for n, _ in params), smem)
         emulate(source, [launch], dict(params), bounds_check=True)
 
-    def tensor_map(self, array: Any, request: Any) -> Any:
-        return request  # the emulator encodes it from the array it launches with
+    def tensor_map(self, array: Any, spec: TensorMapSpec) -> Any:
+        return spec  # the emulator encodes it from the array it launches with
 
     def sync(self) -> None:
         return None
@@ -178,8 +179,6 @@ class KernelBench:
         return out
 
     def _prepare(self, kernel: dict[str, Any]) -> tuple[dict[str, Any], Callable[[], None], dict[str, Any]]:
-        from schedlib.runtime.tensor_map import TensorMapRequest
-
         try:
             fns = self.dev.compile(kernel["source"], [ln["name"] for ln in kernel["launches"]], kernel.get("arch"))
         except Exception as exc:
@@ -192,8 +191,8 @@ class KernelBench:
         try:
             for ln in kernel["launches"]:
                 for m in ln.get("tensor_maps", []):
-                    request = TensorMapRequest(m["buffer"], m["dtype"], tuple(m["box"]), int(m["swizzle"]))
-                    args[m["param"]] = self.dev.tensor_map(args[m["buffer"]], request)
+                    spec = TensorMapSpec(m["param"], m["buffer"], m["dtype"], tuple(m["box"]), int(m["swizzle"]))
+                    args[spec.param] = self.dev.tensor_map(args[spec.buffer], spec)
         except Exception as exc:
             raise self._fault(exc) from None
 

@@ -65,8 +65,8 @@ def kernel_payload(kernel: Kernel) -> dict[str, Any]:
     """Everything the worker needs to launch ``kernel`` (static shapes): source, launches, scratch buffers."""
     launches = [{"name": spec.name, "grid": list(spec.grid_for({})), "block": list(spec.block),
                  "smem": int(spec.dynamic_smem), "params": list(spec.params),
-                 "tensor_maps": [{"param": m.param, "buffer": m.buffer, "dtype": kernel.func.buffer(m.buffer).dtype,
-                                  "box": list(m.box), "swizzle": m.swizzle} for m in spec.tensor_maps]}
+                 "tensor_maps": [{"param": m.param, "buffer": m.buffer, "dtype": m.dtype, "box": list(m.box),
+                                  "swizzle": m.swizzle} for m in spec.tensor_maps]}
                 for spec in kernel.launch]
     scratch = [{"name": b.name, "shape": static_shape(kernel.func, b.name), "dtype": b.dtype}
                for b in kernel.module.scratch]
