@@ -21,7 +21,7 @@ from schedlib.carver.model import evaluate, reason
 from schedlib.carver.problem import Problem, analyze, bind_symbolic
 from schedlib.errors import ScheduleError
 from schedlib.hw import HardwareProfile, resolve
-from schedlib.ir.func import Func
+from schedlib.ir.func import Func, require_func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules import find_rule, get_rule
 from schedlib.rules.base import Config, Rule, Space, Tiling
@@ -121,9 +121,7 @@ def _stamp(path: str) -> tuple[int, int] | None:
 
 
 def _context(func: Func, target: Any, rule: Rule | str | None, symbolic_value: Any) -> _Context:
-    if not isinstance(func, Func):
-        raise TypeError(f"the carver needs a Func (from sl.func or sl.workloads), got {type(func).__name__} "
-                        f"{func!r:.60}")
+    require_func(func, "carver")
     profile = _profile(target)
     symbols = bind_symbolic(func, symbolic_value)
     rule_key = rule if rule is None or isinstance(rule, str) else id(rule)

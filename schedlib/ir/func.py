@@ -236,6 +236,14 @@ class Func:
         return iter(self.blocks)
 
 
+def require_func(value: Any, caller: str) -> Func:
+    """``value`` if it is a Func, else the TypeError every entry point gives (rules, carver, search)."""
+    if not isinstance(value, Func):
+        raise TypeError(f"{caller}: expected a Func (from sl.func or sl.workloads), got {type(value).__name__} "
+                        f"{value!r:.60}")
+    return value
+
+
 def make_func(tensors: list[Any], name: str = "main") -> Func:
     """Collect the stages between the given inputs (placeholders) and outputs (computes) into a Func."""
     from schedlib.ir.names import check_name

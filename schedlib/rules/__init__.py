@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from schedlib.hw import resolve
-from schedlib.ir.func import Func
+from schedlib.ir.func import Func, require_func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling
 from schedlib.rules.elementwise import ElementwiseRule
@@ -44,15 +44,8 @@ def find_rule(func: Func, target: Any) -> Rule:
     raise LookupError(f"no rule applies to {func.name}")
 
 
-def _checked_func(func: Any, caller: str) -> Func:
-    if not isinstance(func, Func):
-        raise TypeError(f"{caller}: expected a Func (from sl.func or sl.workloads), got {type(func).__name__} "
-                        f"{func!r:.60}")
-    return func
-
-
 def _apply_one(func: Func, target: Any) -> Schedule:
-    _checked_func(func, "apply_default")
+    require_func(func, "apply_default")
     profile = resolve(target)
     for rule in RULES:
         try:
@@ -76,7 +69,7 @@ def apply_default(func_or_list: Func | Sequence[Func], target: Any = "h100") -> 
 
 def explain(func: Func, target: Any = "h100") -> str:
     """Which rule takes ``func`` on ``target`` and why each earlier rule declined."""
-    _checked_func(func, "explain")
+    require_func(func, "explain")
     profile = resolve(target)
     lines = [f"func {func.name} on {profile.key}:"]
     for rule in RULES:

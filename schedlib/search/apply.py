@@ -12,10 +12,10 @@ from typing import Any
 import optuna
 
 from schedlib.hw import resolve
-from schedlib.ir.func import Func
+from schedlib.ir.func import Func, require_func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Rule
-from schedlib.search.checks import check_func, pick_rule
+from schedlib.search.checks import pick_rule
 from schedlib.search.database import (
     NoRecordError,
     best_record,
@@ -35,7 +35,7 @@ def apply_best(func: Func, target: Any = "h100", storage: Any = None, *, rule: R
     backend: restrict to one backend (``"gpu"``, ``"estimate"``, a key like ``"replay-..."``); by default GPU
     measurements are preferred over replayed ones, and those over estimates.
     """
-    check_func(func, "apply_best")
+    require_func(func, "apply_best")
     profile = resolve(target)
     chosen = pick_rule(func, profile, rule)
     space = chosen.space(func, profile)

@@ -23,13 +23,6 @@ from schedlib.search.records import COUNTED, OK, RECORDS
 log = logging.getLogger("schedlib.search")
 
 
-def check_func(func: Any, caller: str) -> Func:
-    if not isinstance(func, Func):
-        raise TypeError(f"{caller}: expected a Func (from sl.func or sl.workloads), got {type(func).__name__} "
-                        f"{func!r:.60}")
-    return func
-
-
 def pick_rule(func: Func, profile: HardwareProfile, rule: Rule | str | None) -> Rule:
     """The rule that takes ``func``: the first that applies, or the named one if it applies."""
     if rule is None:

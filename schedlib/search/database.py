@@ -36,7 +36,7 @@ import schedlib
 from schedlib.cache import content_hash
 from schedlib.errors import SchedlibError
 from schedlib.hw import HardwareProfile
-from schedlib.ir.func import Func
+from schedlib.ir.func import Func, require_func
 from schedlib.rules.base import Space
 from schedlib.search.checks import SkipTally, record_problem, time_problem
 from schedlib.search.records import COUNTED, INTERRUPTED, OK, RECORDS, config_key
@@ -95,8 +95,7 @@ class TuningKey:
 
 def workload_hash(func: Func) -> str:
     """Structural hash of an unscheduled func: ``str(func)`` includes shapes, dtypes and the loop nest."""
-    if not isinstance(func, Func):
-        raise TypeError(f"tuning needs a Func (from sl.func or sl.workloads), got {type(func).__name__}")
+    require_func(func, "tuning")
     return content_hash(str(func))
 
 

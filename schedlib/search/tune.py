@@ -30,11 +30,11 @@ from optuna.trial import TrialState
 from tqdm.auto import tqdm
 
 from schedlib.hw import HardwareProfile, resolve
-from schedlib.ir.func import Func
+from schedlib.ir.func import Func, require_func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Config, Rule
 from schedlib.search.backends import Backend, make_backend
-from schedlib.search.checks import check_func, pick_rule
+from schedlib.search.checks import pick_rule
 from schedlib.search.codec import SpaceCodec
 from schedlib.search.cost_model import CostModel, Featurizer, informative, with_rule
 from schedlib.search.database import (
@@ -299,7 +299,7 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
         the search only ever asks the model which candidate is fastest) or ``"regression"`` (log-time, for
         a model whose predictions you want to read as times).
     """
-    check_func(func, "tune")
+    require_func(func, "tune")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"tune: trials={trials!r}; expected an int >= 1")
     if timeout_per_trial is not None and (isinstance(timeout_per_trial, bool)
