@@ -111,17 +111,15 @@ def _coerce(kind: str, key: str, value: Any) -> Any:
             return value
         raise IRError(f"workload {kind}: {key}={value!r} must be an int")
     if isinstance(default, float):
-        try:
-            return float(value) if not isinstance(value, bool) else _bad_float(kind, key, value)
-        except (TypeError, ValueError):
-            return _bad_float(kind, key, value)
+        if not isinstance(value, bool):
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                pass
+        raise IRError(f"workload {kind}: {key}={value!r} must be a number")
     if not isinstance(value, str):  # dtype, op, epilogue: names
         raise IRError(f"workload {kind}: {key}={value!r} must be a name")
     return text
-
-
-def _bad_float(kind: str, key: str, value: Any) -> Any:
-    raise IRError(f"workload {kind}: {key}={value!r} must be a number")
 
 
 def parse_workload(text: str) -> WorkloadSpec:

@@ -91,7 +91,8 @@ class Kernel:
         inputs, outputs = self._split_args(arrays)
         inputs = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
         symbols = bind_symbols(self.func, inputs)
-        check_index_range(self.func, symbols)
+        if symbols:  # constant sizes were checked when the kernel was built
+            check_index_range(self.func, symbols)
         if outputs is None:
             outputs = {n: np.full(s, np.nan if numpy_dtype(self.func.buffer(n).dtype).kind == "f" else 0,
                                   dtype=numpy_dtype(self.func.buffer(n).dtype))
