@@ -48,13 +48,13 @@ def to_device(cp: Any, x: Any, name: str) -> Any:
         return x
     if hasattr(x, "__cuda_array_interface__"):
         return cp.asarray(x)
+    if isinstance(x, np.ndarray):  # before DLPack: numpy arrays export it too, from host memory
+        raise ShapeError(f"argument {name} is a host numpy array; pass cupy.asarray(x), or use run_cpu")
     if hasattr(x, "__dlpack__"):
         try:
             return cp.from_dlpack(x)
         except Exception as exc:
             raise ShapeError(f"argument {name}: cannot take it through DLPack ({exc})") from None
-    if isinstance(x, np.ndarray):
-        raise ShapeError(f"argument {name} is a host numpy array; pass cupy.asarray(x), or use run_cpu")
     raise ShapeError(f"argument {name} ({type(x).__name__}) is not a device array")
 
 
@@ -79,7 +79,39 @@ def _capability(cp: Any) -> tuple[str, str]:
     return cc[:-1], cc[-1]
 
 
-def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
+class PreparedLaunch:
+    """One call of a kernel with its arguments checked, converted and bound once.
+
+    :meth:`launch` only enqueues the kernels on the current stream, with no argument checks, conversions,
+    allocations or lookups, so a timed loop repeats exactly the device work (host work between a start event
+    and the kernel would be counted as device time whenever it outlasts the work queued before the event).
+    :meth:`result` gives the outputs of the latest launch.
+    """
+
+    def __init__(self, kernel: Any, launches: list[tuple[Any, tuple[int, int, int], tuple[int, int, int],
+                                                         tuple[Any, ...], int]],
+                 outputs: dict[str, Any], bf16_outputs: dict[str, Any]) -> None:
+        self.kernel = kernel
+        self._launches = launches
+        self.outputs = outputs
+        self._bf16_outputs = bf16_outputs  # output name -> the 16-bit buffer the kernel writes
+
+    def launch(self) -> None:
+        for fn, grid, block, params, smem in self._launches:
+            fn(grid, block, params, shared_mem=smem)
+
+    def result(self) -> Any:
+        for name, bits in self._bf16_outputs.items():
+            self.outputs[name][...] = (bits.astype("uint32") << 16).view("float32")
+        return self.kernel._result(self.outputs)
+
+    def __repr__(self) -> str:
+        return f"<PreparedLaunch {self.kernel.func.name}: {len(self._launches)} kernel(s)>"
+
+
+def prepare_on_gpu(kernel: Any, arrays: Sequence[Any]) -> PreparedLaunch:
+    """Check and convert ``arrays`` for ``kernel``, allocate its outputs and scratch, encode its tensor maps and
+    load its module: everything a call does except enqueueing the kernels."""
     cp = require_cupy()
     func = kernel.func
     names = [*func.inputs, *func.outputs]
@@ -94,7 +126,7 @@ def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
             arrays[i] = cp.array(a, copy=True)  # vector loads need 16-byte alignment
     inputs, outputs = kernel._split_args(arrays)
     symbols = bind_symbols(func, inputs)
-    if symbols:  # constant sizes were checked when the kernel was built; this is a timed path
+    if symbols:  # constant sizes were checked when the kernel was built
         check_index_range(func, symbols)
     args: dict[str, Any] = {}
     for name, arr in inputs.items():
@@ -104,9 +136,10 @@ def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
                    for n, s in kernel._shapes(symbols, func.outputs).items()}
     else:
         kernel._check_outputs(outputs, symbols)
+    bf16_outputs: dict[str, Any] = {}
     for name, arr in outputs.items():
         if func.buffer(name).dtype == "bfloat16":
-            args[name] = cp.empty(arr.shape, dtype=cp.uint16)
+            args[name] = bf16_outputs[name] = cp.empty(arr.shape, dtype=cp.uint16)
         else:
             if not arr.flags.c_contiguous:
                 raise ShapeError(f"output {name} must be C-contiguous")
@@ -117,17 +150,24 @@ def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
     for spec in kernel.launch:
         for tm in spec.tensor_maps:  # in device memory, encoded from the very arrays launched with
             args[tm.param] = gpu_encode(cp, args[tm.buffer], tm)
-    module = module_for(cp, kernel.source, kernel.module.arch)
+    module = kernel._gpu_module
+    if module is None:
+        module = kernel._gpu_module = module_for(cp, kernel.source, kernel.module.arch)
+    launches = []
     for spec in kernel.launch:
         fn = module.get_function(spec.name)
         if spec.dynamic_smem > STATIC_SMEM_LIMIT:
             fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
         params = tuple(np.int32(symbols[p[1:]]) if p.startswith("$") else args[p] for p in spec.params)
-        fn(spec.grid_for(symbols), spec.block, params, shared_mem=spec.dynamic_smem)
-    for name, arr in outputs.items():
-        if func.buffer(name).dtype == "bfloat16":
-            arr[...] = (args[name].astype(cp.uint32) << 16).view(cp.float32)
-    return kernel._result(outputs)
+        launches.append((fn, spec.grid_for(symbols), spec.block, params, spec.dynamic_smem))
+    return PreparedLaunch(kernel, launches, outputs, bf16_outputs)
+
+
+def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
+    """One call: prepare, enqueue, return the outputs."""
+    prepared = prepare_on_gpu(kernel, arrays)
+    prepared.launch()
+    return prepared.result()
 
 
 def _device_bf16(cp: Any, arr: Any) -> Any:

@@ -50,7 +50,7 @@ class Kernel:
         self.target = target
         self.launch: tuple[LaunchSpec, ...] = tuple(
             LaunchSpec(k.name, k.grid, k.block, k.dynamic_smem, k.params, k.tensor_maps) for k in module.kernels)
-        self._gpu_functions: list[Any] | None = None
+        self._gpu_module: Any = None  # loaded on the first GPU call
 
     @property
     def source(self) -> str:
@@ -143,6 +143,14 @@ class Kernel:
         from schedlib.runtime.gpu import launch_on_gpu
 
         return launch_on_gpu(self, arrays)
+
+    def prepare(self, *arrays: Any) -> Any:
+        """Bind ``arrays`` (as for a call) once and return a :class:`schedlib.runtime.gpu.PreparedLaunch`, whose
+        ``launch()`` enqueues only the kernels: what a timing loop should repeat.  ``result()`` gives the
+        outputs of the latest launch."""
+        from schedlib.runtime.gpu import prepare_on_gpu
+
+        return prepare_on_gpu(self, arrays)
 
     def __repr__(self) -> str:
         names = ", ".join(s.name for s in self.launch)
