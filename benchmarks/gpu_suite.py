@@ -7,10 +7,12 @@
 2. Each workload: every kernel is checked against the vendor result first, then timed with CUDA events
    (warm-up, L2 flush before each repetition, median of >= 20): the rule default, each of the carver's
    top-k, a short search (gpu backend), and the vendor library.  % of roofline uses the measured ceilings.
-   fp16 matmuls also get ``rule[tensor_core=wgmma]`` and ``rule[tensor_core=True]`` rows: the cp.async-fed
-   wgmma and the mma.sync templates' defaults next to the TMA-fed wgmma default that Hopper's rule picks.
+   fp16 matmuls also get ``rule[tensor_core=wgmma]``, ``rule[tensor_core=wgmma_ws]`` and
+   ``rule[tensor_core=True]`` rows: the cp.async-fed wgmma, the warp-specialized TMA wgmma and the mma.sync
+   templates' defaults next to the TMA-fed wgmma default that Hopper's rule picks.
    Before them, a tensor-core self-check (``sl.report.tensor_core_selfcheck``): each tensor-core template
-   the card has (wgmma with TMA, wgmma with cp.async, mma.sync), every operand layout, fp16 and bf16, against
+   the card has (wgmma with TMA, with cp.async, with a producer warp; mma.sync), every operand layout, fp16
+   and bf16, against
    numpy, so that a template whose hardware semantics differ from the emulator's shows up by layout, not as one
    failed workload.
 3. Each workload runs in its own process under a time limit (``--workload-timeout``, and the whole call's
@@ -79,7 +81,7 @@ def run_one(spec: WorkloadSpec, args: argparse.Namespace, ceil: dict[str, float]
     """One workload in this process (the child side): its rows to ``<out>/parts/<label>.csv``."""
     target = "h100" if args.dry_run else sl.hw.detect()
     backend = "estimate" if args.dry_run else "gpu"
-    templates = ("wgmma", True) if spec.params.get("dtype") in ("float16", "bfloat16") else ()
+    templates = ("wgmma", "wgmma_ws", True) if spec.params.get("dtype") in ("float16", "bfloat16") else ()
     df = compare([spec], target, topk=args.topk, trials=args.trials, backend=backend, ceilings=ceil,
                  templates=templates)
     df.to_csv(Path(args.out) / "parts" / f"{spec.label}.csv", index=False)

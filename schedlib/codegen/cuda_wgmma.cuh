@@ -119,6 +119,11 @@ __device__ __forceinline__ void sl_mbar_expect_tx(unsigned long long* bar, unsig
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(sl_smem_addr(bar)), "r"(bytes)
                : "memory");
 }
+// One arrival without bytes: a consumer releasing a ring slot (release semantics: its reads of the slot, the
+// wgmmas it waited for, happen before the producer's wait returns).
+__device__ __forceinline__ void sl_mbar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(sl_smem_addr(bar)) : "memory");
+}
 // A phase that never completes (bytes announced but never delivered, a wrong parity) would hang the GPU until
 // the process is killed; after 2^26 failed tries (seconds: each try waits a while in hardware) the wait gives
 // up, and the kernel finishes with wrong data that the caller's result check reports.  (Trapping instead

@@ -39,6 +39,8 @@ def uses_tma(root: Block) -> bool:
 
 class WgmmaTmaWriter(WgmmaWriter):
     loader = "TMA"
+    issuer: str | None = "sl_tid == 0"  # the one thread that requests tiles (None: the caller already is it)
+    barriers: tuple[str, ...] = ("sl_full",)  # mbarrier arrays of ``stages`` each, after the shared data
 
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
         super().__init__(func, root, scratch)
@@ -65,11 +67,13 @@ class WgmmaTmaWriter(WgmmaWriter):
         stage_bytes = sum(2 * m.box[0] * m.box[1] * self._copies(key) for key, m in self.maps.items())
         self.emit("auto sl_load = [&](int sl_stage, int sl_kt) {")
         self.depth += 1
-        self.open("if (sl_tid == 0)")
+        if self.issuer:
+            self.open(f"if ({self.issuer})")
         self.emit(f"sl_mbar_expect_tx(&sl_full[sl_stage], {stage_bytes});")
         for key, op in (("a", p.a), ("b", p.b)):
             self._copy_tma(key, op, smem[key])
-        self.close()
+        if self.issuer:
+            self.close()
         self.depth -= 1
         self.emit("};")
 
@@ -118,6 +122,9 @@ class WgmmaTmaWriter(WgmmaWriter):
         output use, 8-byte aligned) and the tensor-map parameters."""
         stages = self.plan.stages
         offset = -(-(dynamic - ALIGN) // MBARRIER_BYTES) * MBARRIER_BYTES  # past the ring or staged output
-        decls = [*decls, f"SL_SHARED_VIEW(unsigned long long, sl_full, sl_smem, sl_pad + {offset}, {stages});"]
-        return super()._finish(decls, comment, bounds, block, offset + MBARRIER_BYTES * stages + ALIGN, static,
+        decls = list(decls)
+        for name in self.barriers:
+            decls.append(f"SL_SHARED_VIEW(unsigned long long, {name}, sl_smem, sl_pad + {offset}, {stages});")
+            offset += MBARRIER_BYTES * stages
+        return super()._finish(decls, comment, bounds, block, offset + ALIGN, static,
                                (self.maps["a"], self.maps["b"]))

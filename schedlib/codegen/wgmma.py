@@ -27,6 +27,7 @@ the registers the warps' mma lanes would hold, so the epilogue is the mma path's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from schedlib.codegen.cuda_expr import ctype, mangle
@@ -145,7 +146,8 @@ class WgmmaWriter(TensorCoreWriter):
     # assembly ---------------------------------------------------------------------------------
     def write(self) -> tuple[str, KernelSpec]:
         p = self.plan
-        threads = 32 * self.warps_m * self.warps_n
+        consumers = 32 * self.warps_m * self.warps_n  # the warps that own accumulators
+        threads = self._block_threads(consumers)
         wy, wx, ko = (mangle(p.loops[r]) for r in ("wy", "wx", "ko"))
         smem = {"a": mangle(p.a.shared.name), "b": mangle(p.b.shared.name)}
         self.emit("const int sl_tid = threadIdx.x, sl_lane = sl_tid & 31, sl_warp = sl_tid >> 5;")
@@ -164,10 +166,25 @@ class WgmmaWriter(TensorCoreWriter):
         self.close()
         self.close()
         self._loader(smem, threads)
+        self._ring_setup()
+        self._mainloop(ko)
+        self.chunk = self._stage_chunk()
+        if self.chunk:
+            self._staged_epilogue(threads, consumers)
+        else:
+            self._consumers_only(consumers, threads, self._epilogue)
+        return self._assemble_wgmma(threads, smem)
+
+    def _block_threads(self, consumers: int) -> int:
+        """The block's threads: the accumulator warps (a producer warp is added where one feeds the ring)."""
+        return consumers
+
+    def _mainloop(self, ko: str) -> None:
+        """Every k step: the ring refilled ``ahead`` tiles ahead, the step's wgmmas issued, one group in flight."""
+        p = self.plan
         s = p.stages
         in_flight = 1 if s >= 3 else 0  # wgmma groups left running across a step
         ahead = s - 1 - in_flight  # tiles requested ahead of the one being multiplied
-        self._ring_setup()
         if ahead:
             self.loop("sl_s", ahead)
             self.emit("if (sl_s < sl_ktiles) sl_load(sl_s, sl_s);")
@@ -191,12 +208,14 @@ class WgmmaWriter(TensorCoreWriter):
         self.close()
         if in_flight:
             self.emit("sl_wgmma_wait<0>();")
-        self.chunk = self._stage_chunk()
-        if self.chunk:
-            self._staged_epilogue(threads)
-        else:
-            self._epilogue()
-        return self._assemble_wgmma(threads, smem)
+
+    def _consumers_only(self, consumers: int, threads: int, body: Callable[[], None]) -> None:
+        """``body`` for the accumulator warps only (all threads when there is no other warp)."""
+        if threads != consumers:
+            self.open(f"if (sl_tid < {consumers})")
+        body()
+        if threads != consumers:
+            self.close()
 
     # the ring's synchronisation: cp.async groups here, mbarrier phases in the TMA writer -----------
     def _ring_setup(self) -> None:
@@ -222,14 +241,15 @@ class WgmmaWriter(TensorCoreWriter):
             return None
         return chunk
 
-    def _staged_epilogue(self, threads: int) -> None:
+    def _staged_epilogue(self, threads: int, consumers: int) -> None:
         p = self.plan
         _, out, target = self._writeback_parts()
         bm, bn, ch = p.tile[p.m], p.tile[p.n], self.chunk
         ld = bn + STAGE_ROW_PAD // BYTES[out.dtype]
         om, on = self._origin(p.m), self._origin(p.n)
         self.emit("__syncthreads();  // every warpgroup's wgmmas are done: the ring now stages the output tile")
-        self._epilogue(lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};")
+        self._consumers_only(consumers, threads, lambda: self._epilogue(
+            lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};"))
         self.emit("__syncthreads();")
         chunks, per_row = bm * bn // ch, bn // ch
         self.open_chunks(chunks, per_row, threads)

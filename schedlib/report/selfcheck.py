@@ -1,12 +1,12 @@
 """``sl.report.tensor_core_selfcheck``: do the matmul rule's tensor-core templates compute the right thing here?
 
-Each template the target's space has (``"wgmma_tma"`` and ``"wgmma"`` on Hopper, ``True`` = mma.sync on sm_80+)
-is built for
-every operand layout (A stored M x K or K x M, B stored K x N or N x K) in fp16, plus bf16, at a small size
-with partial tiles, and its result is compared with a float64 numpy product of the same rounded inputs.
-With ``backend="gpu"`` the kernels run on the device, which is the check that matters for the templates'
-hardware semantics (shared-memory descriptors, fragment layouts); ``"emulator"`` runs the same source on the
-CPU emulator.  One row per template x case, with the error and, for a case that fails to build or run, why.
+Each template the target's space has (``"wgmma_tma"``, ``"wgmma"`` and ``"wgmma_ws"`` on Hopper, ``True`` =
+mma.sync on sm_80+) is built for every operand layout (A stored M x K or K x M, B stored K x N or N x K) in
+fp16, plus bf16, at a small size with partial tiles, and its result is compared with a float64 numpy product
+of the same rounded inputs.  With ``backend="gpu"`` the kernels run on the device, which is the check that
+matters for the templates' hardware semantics (shared-memory descriptors, fragment layouts); ``"emulator"``
+runs the same source on the CPU emulator.  One row per template x case, with the error and, for a case that
+fails to build or run, why.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ TOLERANCE = 2e-2  # of the largest |reference| (one rounding of a 16-bit store, 
 
 
 def tensor_core_selfcheck(target: Any = "h100", *, backend: str = "gpu",
-                          templates: tuple[Any, ...] = ("wgmma_tma", "wgmma", True),
+                          templates: tuple[Any, ...] = ("wgmma_tma", "wgmma", "wgmma_ws", True),
                           cases: tuple[str, ...] | None = None,
                           seed: int = 0) -> pd.DataFrame:
     """One row per template x case: ``ok``, ``max_err`` (relative to the largest |reference|) and ``error``.

@@ -158,9 +158,10 @@ class MatmulRule(Rule):
             Knob("vector", (1, 2, 4), "elements per thread per copy into shared memory (SIMT)"),
             Knob("split_k", (1,), "reduction split across blocks (1: off)"),
             Knob("stages", tc.STAGES if tc_knobs else (1,), "cp.async pipeline depth (tensor cores)"),
-            Knob("tensor_core", (False, True, *((wg.INSTRUCTION, wg.TMA_TEMPLATE) if hopper else ())) if has_tc
+            Knob("tensor_core", (False, True, *((wg.INSTRUCTION, wg.TMA_TEMPLATE, wg.PRODUCER_TEMPLATE) if hopper
+                                                else ())) if has_tc
                  else (False,), "tensor cores: False (SIMT), True (mma.sync), 'wgmma' (Hopper warpgroup MMA, "
-                 "sm_90a), 'wgmma_tma' (the same fed by the TMA)"),
+                 "sm_90a), 'wgmma_tma' (the same fed by the TMA), 'wgmma_ws' (TMA from a producer warp)"),
             Knob("raster", tc.RASTER if tc_knobs else (1,), "block rows walked together for L2 reuse (tensor cores)"),
         ), check)
 

@@ -217,11 +217,14 @@ def schedule(func: Func, facts: Any, config: Config) -> Schedule:
     s.bind(lane, "threadIdx.x")
     # The write-back (and the fused epilogue) per warp tile; codegen gives each element to its owning lane.
     stage_operands_and_epilogue(s, facts, C, wx, ko)
-    # "wgmma" configs lower the same nest to Hopper warpgroup MMA (see matmul_wgmma), "wgmma_tma" fed by the TMA
-    hopper = config["tensor_core"] in ("wgmma", "wgmma_tma")
+    # "wgmma" configs lower the same nest to Hopper warpgroup MMA (see matmul_wgmma), "wgmma_tma" fed by the TMA,
+    # "wgmma_ws" fed by the TMA from a producer warp
+    hopper = config["tensor_core"] in ("wgmma", "wgmma_tma", "wgmma_ws")
     s.annotate(C, "tensor_core", "wgmma" if hopper else MMA_SHAPE)
-    if config["tensor_core"] == "wgmma_tma":
+    if config["tensor_core"] in ("wgmma_tma", "wgmma_ws"):
         s.annotate(C, "loader", "tma")
+    if config["tensor_core"] == "wgmma_ws":
+        s.annotate(C, "producer", "warp")
     s.annotate(ko, "pipeline_stages", config["stages"])
     s.annotate(by, "raster", config["raster"])
     return s

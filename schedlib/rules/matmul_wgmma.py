@@ -12,7 +12,10 @@ unchanged); what differs is the instruction codegen lowers it to (:mod:`schedlib
 
 Its second value, ``tensor_core="wgmma_tma"``, is the same kernel with the ring fed by the Tensor Memory
 Accelerator (:mod:`schedlib.codegen.tma`): one thread requests each k step's tiles, mbarriers track their
-bytes, and the other threads no longer spend issue slots on copies.  It is the Hopper default.
+bytes, and the other threads no longer spend issue slots on copies.  It is the Hopper default.  The third,
+``tensor_core="wgmma_ws"``, adds a producer warp to that kernel (:mod:`schedlib.codegen.warp_specialized`):
+the accumulator warps release ring slots through mbarriers instead of meeting at a block barrier every k
+step, and the ring runs one tile further ahead.  It needs 2 stages or more.
 
 This template owns ``block_n=256``, ``block_k=64`` and ``thread_n`` 32/64 in the shared space: the SIMT and
 mma.sync templates refuse them, so no two legal points build the same kernel.
@@ -29,7 +32,10 @@ from schedlib.rules.base import Config, Tiling
 
 INSTRUCTION = "wgmma"
 TMA_TEMPLATE = "wgmma_tma"  # the same kernel, operand tiles requested through the TMA
-TEMPLATES = (TMA_TEMPLATE, INSTRUCTION)  # the knob values of this file, preferred first
+PRODUCER_TEMPLATE = "wgmma_ws"  # TMA requests from a producer warp (warp-specialized)
+TEMPLATES = (TMA_TEMPLATE, INSTRUCTION, PRODUCER_TEMPLATE)  # the knob values of this file, preferred first
+TMA_FED = (TMA_TEMPLATE, PRODUCER_TEMPLATE)
+PRODUCER_THREADS = 128  # the producer warpgroup, beside the accumulator warps
 MIN_CC = (9, 0)
 WARPGROUP_ROWS = 64
 N_VALUES = (16, 32, 64, 128, 256)  # wgmma N = warp tile width = 4 * thread_n
@@ -37,6 +43,7 @@ BLOCK_K = (16, 32, 64)
 ALIGN = 1024  # ring slots start on 1 KiB (128-byte swizzle) boundaries; the allocation carries 1 KiB of slack
 STAGE_ROW_PAD = 16  # codegen stages the output tile in shared memory, rows padded by 16 bytes (fp32: widest)
 REGISTER_OVERHEAD = 48  # descriptors, copy indices, loop counters (per thread)
+TMA_REGISTER_OVERHEAD = 32  # no copy indices: ptxas gave the 64x256 TMA kernel 154 registers (128 accumulators)
 EXCLUSIVE = {"block_n": (256,), "block_k": (64,), "thread_n": (32, 64)}  # knob values only wgmma configs take
 
 
@@ -56,13 +63,13 @@ def shared_bytes(c: Config, in_bytes: int) -> int:
     per slot after them)."""
     slot = sum(-(-rows * c["block_k"] * in_bytes // ALIGN) * ALIGN for rows in (c["block_m"], c["block_n"]))
     staged = c["block_m"] * (c["block_n"] * 4 + STAGE_ROW_PAD)  # as codegen.wgmma.staging_bytes
-    barriers = 8 * c["stages"] if c["tensor_core"] == TMA_TEMPLATE else 0
+    barriers = 8 * c["stages"] * {TMA_TEMPLATE: 1, PRODUCER_TEMPLATE: 2}.get(c["tensor_core"], 0)  # full (empty)
     return max(c["stages"] * slot, staged) + barriers + ALIGN
 
 
 def registers(c: Config) -> int:
     """The accumulators of one 64 x N wgmma (N / 2 per thread) and overhead."""
-    return 2 * c["thread_n"] + REGISTER_OVERHEAD
+    return 2 * c["thread_n"] + (TMA_REGISTER_OVERHEAD if c["tensor_core"] in TMA_FED else REGISTER_OVERHEAD)
 
 
 def exclusive_reason(c: Config) -> str | None:
@@ -78,8 +85,10 @@ def check(c: Config, facts: Any, target: HardwareProfile) -> str | None:
     bm, bn, bk, tm, tn = c["block_m"], c["block_n"], c["block_k"], c["thread_m"], c["thread_n"]
     if c["vector"] != 1:
         return "vector is the SIMT copy width; wgmma configs copy 16 bytes with cp.async and keep vector=1"
-    if c["tensor_core"] == TMA_TEMPLATE and len(facts.batch) > 1:
+    if c["tensor_core"] in TMA_FED and len(facts.batch) > 1:
         return f"{len(facts.batch)} batch axes; the TMA tensor maps here take at most one"
+    if c["tensor_core"] == PRODUCER_TEMPLATE and c["stages"] < 2:
+        return "a producer warp needs 2 stages or more (the slot of the wgmma group in flight is still read)"
     if tm != 2:
         return f"a wgmma warp tile is 16 rows (thread_m=2; 4 warps make the 64-row warpgroup), got thread_m={tm}"
     wn = 4 * tn
@@ -91,7 +100,7 @@ def check(c: Config, facts: Any, target: HardwareProfile) -> str | None:
         return f"warp tile width {wn} is wider than block_n={bn}"
     if bk not in BLOCK_K:
         return f"block_k={bk}: K-major wgmma rows are 32, 64 or 128 bytes (block_k in {BLOCK_K})"
-    threads = (bm // 16) * (bn // wn) * 32
+    threads = (bm // 16) * (bn // wn) * 32 + (PRODUCER_THREADS if c["tensor_core"] == PRODUCER_TEMPLATE else 0)
     if threads > target.max_threads_per_block:
         return f"{threads} threads per block exceed {target.max_threads_per_block}"
     smem = shared_bytes(c, facts.in_bytes)
@@ -130,4 +139,4 @@ def tiling(facts: Any, config: Config) -> Tiling:
     return Tiling(base.main_block, base.block_tile, base.thread_tile, base.step, base.threads,
                   shared_bytes(config, facts.in_bytes), registers(config), base.vector, base.stages, base.split_k,
                   True, group, base.raster, base.shared_buffers, warpgroup=True,
-                  tma=config["tensor_core"] == TMA_TEMPLATE)
+                  tma=config["tensor_core"] in TMA_FED)

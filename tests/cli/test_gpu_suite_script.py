@@ -26,7 +26,7 @@ def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None
     df = pd.read_csv(out / "gpu_suite.csv")
     fp16 = df[df["workload"] == "matmul_fp16_4096"]
     assert list(fp16["method"]) == ["rule", "carver", "carver_best_of_k", "search", "rule[tensor_core=wgmma]",
-                                    "rule[tensor_core=True]", "vendor"]
+                                    "rule[tensor_core=wgmma_ws]", "rule[tensor_core=True]", "vendor"]
     assert "rule[tensor_core=True]" not in set(df[df["workload"] == "row_sum_4096"]["method"])
     assert (df[df["method"] != "vendor"]["source"] == "estimated").all()
     page = (out / "gpu_suite.md").read_text()
@@ -36,6 +36,7 @@ def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None
     assert "tensor-core self-check: ok in" in proc.stdout
     assert "## Tensor-core self-check" in page
     assert "| wgmma_tma | nn_f16 | True |" in page and "| wgmma | nn_f16 | True |" in page
+    assert "| wgmma_ws | nn_f16 | True |" in page
     assert "| True | nn_f16 | True |" in page
 
 

@@ -15,9 +15,10 @@ needs_gxx = pytest.mark.skipif(find_gxx() is None, reason="the CUDA emulator nee
 def test_every_template_passes_on_the_emulator() -> None:
     # one layout per template here: the rule tests run every layout of each template
     df = tensor_core_selfcheck("h100", backend="emulator", cases=("tn_f16",))
-    assert list(zip(df["template"], df["case"])) == [("wgmma_tma", "tn_f16"), ("wgmma", "tn_f16"), ("True", "tn_f16")]
+    assert list(zip(df["template"], df["case"])) == [("wgmma_tma", "tn_f16"), ("wgmma", "tn_f16"),
+                                                     ("wgmma_ws", "tn_f16"), ("True", "tn_f16")]
     assert df["ok"].all() and (df["max_err"] < 1e-2).all() and (df["error"] == "").all(), df.to_string()
-    assert [c["tensor_core"] for c in df["config"]] == ["wgmma_tma", "wgmma", True]
+    assert [c["tensor_core"] for c in df["config"]] == ["wgmma_tma", "wgmma", "wgmma_ws", True]
 
 
 def test_a_template_the_target_lacks_is_a_row_not_an_error() -> None:

@@ -54,7 +54,7 @@ def test_it_is_the_hopper_default_and_the_cp_async_variant_stays_a_template() ->
 
 def test_the_carver_prefers_tma_at_equal_estimates() -> None:
     df = sl.carver.carve(wl.matmul(4096, 4096, 4096, "float16"), "h100", topk=4)
-    assert (df["tensor_core"] == "wgmma_tma").all()
+    assert df["tensor_core"].isin(["wgmma_tma", "wgmma_ws"]).all()  # both fed by the TMA
     row = sl.carver.estimate(wl.matmul(4096, 4096, 4096, "float16"), "h100", df["config"].iloc[0])
     cp = sl.carver.estimate(wl.matmul(4096, 4096, 4096, "float16"), "h100",
                             {**df["config"].iloc[0], "tensor_core": "wgmma"})

@@ -135,6 +135,14 @@ inline void sl_mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
   --s.left;
   ::sl_emu::mbar_settle(p, s);
 }
+// One arrival without bytes (a consumer releasing a ring slot).
+inline void sl_mbar_arrive(unsigned long long* bar) {
+  uint64_t* p = reinterpret_cast<uint64_t*>(bar);
+  ::sl_emu::MbarState s = ::sl_emu::mbar_checked(p, "sl_mbar_arrive");
+  if (s.left == 0) ::sl_emu::fail("sl_mbar_arrive: more arrivals than the mbarrier's count in one phase");
+  --s.left;
+  ::sl_emu::mbar_settle(p, s);
+}
 // Wait until the phase of parity `parity` has completed.
 inline void sl_mbar_wait(unsigned long long* bar, unsigned parity) {
   ::sl_emu::BlockCtx* b = sl_emu_tls_block;

@@ -1,0 +1,87 @@
+"""The TMA-fed wgmma kernel with a *producer warp* (root annotated ``tensor_core="wgmma"``, ``loader="tma"``
+and ``producer="warp"``): the warps that multiply never wait for one another inside the mainloop.
+
+In :mod:`schedlib.codegen.tma` one of the multiplying threads requests the tiles, and a block barrier every k
+step tells it which slot every warpgroup has finished with.  Here the roles are split, as in the
+warp-specialized kernels of the CUTLASS 3 family:
+
+* one extra warpgroup (the last) holds the producer: lane 0 of its first warp walks the k steps, waits
+  until the slot of step ``kt`` is *empty* (released by every accumulator warp after its last use,
+  ``kt - stages``), announces the slot's bytes and requests the tiles; the ring thus runs ``stages - 1``
+  tiles ahead, one more than the single-role kernel, which must keep the slot of the wgmma group in flight;
+* each accumulator warp waits for the slot to be *full*, issues the step's wgmmas, waits until only this
+  step's group is in flight, and then releases the previous step's slot (one arrival per warp on its
+  ``empty`` mbarrier, whose count is the number of accumulator warps);
+* the producer starts on the empty barriers' parity 1, which a fresh barrier reports as completed, so the
+  first ``stages`` requests do not wait; after that it waits for parity ``(kt / stages + 1) & 1``.
+
+The block barriers left are the ring's set-up and the epilogue's.  The producer warpgroup takes no part in
+the accumulator epilogue and helps to write the staged output tile out.  (The block stays whole warpgroups,
+as wgmma kernels are written; its other three warps only wait.)  A ring of one slot cannot work (the
+slot of the group in flight could never be released), so at least two stages are required.
+"""
+
+from __future__ import annotations
+
+from schedlib.codegen.kernel_writer import tmap_param
+from schedlib.codegen.tma import WgmmaTmaWriter
+from schedlib.ir.func import Block, Func
+
+PRODUCER = "warp"  # the root's ``producer`` annotation
+PRODUCER_THREADS = 128  # a whole warpgroup, so that the block is whole warpgroups; one lane of it works
+
+
+def uses_producer_warp(root: Block) -> bool:
+    return dict(root.annotations).get("producer") == PRODUCER
+
+
+class WgmmaProducerWarpWriter(WgmmaTmaWriter):
+    loader = "TMA, producer warp"
+    issuer = None  # the producer loop runs on one lane already
+    barriers = ("sl_full", "sl_empty")
+
+    def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
+        super().__init__(func, root, scratch)
+        if self.plan.stages < 2:
+            self._fail("a producer warp needs a ring of at least 2 stages (pipeline_stages=1): the slot of the "
+                       "wgmma group in flight is released only after the next step's group is issued")
+
+    def _block_threads(self, consumers: int) -> int:
+        return consumers + PRODUCER_THREADS
+
+    def _ring_setup(self) -> None:
+        warps = self.warps_m * self.warps_n
+        self.open("if (sl_tid == 0)")
+        self.loop("sl_s", self.plan.stages)
+        self.emit("sl_mbar_init(&sl_full[sl_s], 1);  // the producer's arrival, plus the slot's bytes")
+        self.emit(f"sl_mbar_init(&sl_empty[sl_s], {warps});  // one release per accumulator warp")
+        self.close()
+        self.emit("sl_mbar_init_fence();")
+        for op in (self.plan.a, self.plan.b):
+            self.emit(f"sl_tmap_acquire(&{tmap_param(op.source.name)}[0]);")
+        self.close()
+        self.emit("__syncthreads();  // the barriers exist before anyone waits on them")
+
+    def _mainloop(self, ko: str) -> None:
+        s = self.plan.stages
+        consumer_warps = self.warps_m * self.warps_n
+        self.open(f"if (sl_warp >= {consumer_warps})")  # the producer warpgroup
+        self.open(f"if (sl_warp == {consumer_warps} && sl_lane == 0)")
+        self.open("for (int sl_kt = 0; sl_kt < sl_ktiles; ++sl_kt)")
+        self.emit(f"const int sl_stage = sl_kt % {s};")
+        self.emit(f"sl_mbar_wait(&sl_empty[sl_stage], ((sl_kt / {s}) & 1) ^ 1);  // released after use kt - {s}")
+        self.emit("sl_load(sl_stage, sl_kt);")
+        self.close()
+        self.close()
+        self.emit("__syncwarp();")
+        self.close()
+        self.open("else")
+        self.open(f"for (int {ko} = 0; {ko} < sl_ktiles; ++{ko})")
+        self.emit(f"const int sl_stage = {ko} % {s};")
+        self.emit(f"sl_mbar_wait(&sl_full[sl_stage], ({ko} / {s}) & 1);  // this use of the slot")
+        self._mma_step()
+        self.emit("sl_wgmma_wait<1>();  // the previous step's group is done: its slot may be refilled")
+        self.emit(f"if ({ko} > 0 && sl_lane == 0) sl_mbar_arrive(&sl_empty[({ko} + {s - 1}) % {s}]);")
+        self.close()
+        self.emit("sl_wgmma_wait<0>();")
+        self.close()
