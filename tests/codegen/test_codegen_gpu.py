@@ -174,3 +174,15 @@ def test_tensor_core_templates_on_gpu(cupy: Any) -> None:
     if ran.empty:
         pytest.skip(f"this GPU has no tensor-core matmul template: {df['error'].iloc[0]}")
     assert ran["ok"].all(), ran[["template", "case", "max_err", "error"]].to_string()
+
+
+def test_prepared_launch_on_gpu(cupy: Any, rng: np.random.Generator) -> None:
+    """``prepare`` binds once; each ``launch()`` recomputes the same output (the buffer is cleared between)."""
+    func, k = _symbolic_kernel(CASES[0])
+    inputs = random_inputs(func, rng, {CASES[0].symbolic: CASES[0].values[-1]})
+    prepared = k.prepare(*[cupy.asarray(x) for x in inputs])
+    for _ in range(2):
+        for out in prepared.outputs.values():
+            out.fill(float("nan"))
+        prepared.launch()
+        assert_close(cupy.asnumpy(prepared.result()), CASES[0].expected(*inputs), CASES[0].tol, "prepared launch")
