@@ -40,7 +40,8 @@ def uses_tma(root: Block) -> bool:
 class WgmmaTmaWriter(WgmmaWriter):
     loader = "TMA"
     issuer: str | None = "sl_tid == 0"  # the one thread that requests tiles (None: the caller already is it)
-    barriers: tuple[str, ...] = ("sl_full",)  # mbarrier arrays of ``stages`` each, after the shared data
+    # mbarrier arrays of ``stages`` each (after the shared data): name, arrivals per phase, why that many
+    barriers: tuple[tuple[str, str, str], ...] = (("sl_full", "1", "one arrival (the requesting thread) per phase"),)
 
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
         super().__init__(func, root, scratch)
@@ -101,13 +102,17 @@ class WgmmaTmaWriter(WgmmaWriter):
     def _ring_setup(self) -> None:
         self.open("if (sl_tid == 0)")
         self.loop("sl_s", self.plan.stages)
-        self.emit("sl_mbar_init(&sl_full[sl_s], 1);  // one arrival (the requesting thread) per phase")
+        for name, count, why in self._barriers():
+            self.emit(f"sl_mbar_init(&{name}[sl_s], {count});  // {why}")
         self.close()
         self.emit("sl_mbar_init_fence();")
         for op in (self.plan.a, self.plan.b):
             self.emit(f"sl_tmap_acquire(&{tmap_param(op.source.name)}[0]);")
         self.close()
         self.emit("__syncthreads();  // the barriers exist before anyone waits on them")
+
+    def _barriers(self) -> tuple[tuple[str, str, str], ...]:
+        return self.barriers
 
     def _commit(self) -> None:
         """TMA copies are tracked by the slot's mbarrier: nothing to commit."""
@@ -123,7 +128,7 @@ class WgmmaTmaWriter(WgmmaWriter):
         stages = self.plan.stages
         offset = -(-(dynamic - ALIGN) // MBARRIER_BYTES) * MBARRIER_BYTES  # past the ring or staged output
         decls = list(decls)
-        for name in self.barriers:
+        for name, _, _ in self._barriers():
             decls.append(f"SL_SHARED_VIEW(unsigned long long, {name}, sl_smem, sl_pad + {offset}, {stages});")
             offset += MBARRIER_BYTES * stages
         return super()._finish(decls, comment, bounds, block, offset + ALIGN, static,

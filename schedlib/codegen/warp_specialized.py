@@ -23,7 +23,6 @@ slot of the group in flight could never be released), so at least two stages are
 
 from __future__ import annotations
 
-from schedlib.codegen.kernel_writer import tmap_param
 from schedlib.codegen.tma import WgmmaTmaWriter
 from schedlib.ir.func import Block, Func
 
@@ -38,7 +37,6 @@ def uses_producer_warp(root: Block) -> bool:
 class WgmmaProducerWarpWriter(WgmmaTmaWriter):
     loader = "TMA, producer warp"
     issuer = None  # the producer loop runs on one lane already
-    barriers = ("sl_full", "sl_empty")
 
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
         super().__init__(func, root, scratch)
@@ -49,18 +47,9 @@ class WgmmaProducerWarpWriter(WgmmaTmaWriter):
     def _block_threads(self, consumers: int) -> int:
         return consumers + PRODUCER_THREADS
 
-    def _ring_setup(self) -> None:
-        warps = self.warps_m * self.warps_n
-        self.open("if (sl_tid == 0)")
-        self.loop("sl_s", self.plan.stages)
-        self.emit("sl_mbar_init(&sl_full[sl_s], 1);  // the producer's arrival, plus the slot's bytes")
-        self.emit(f"sl_mbar_init(&sl_empty[sl_s], {warps});  // one release per accumulator warp")
-        self.close()
-        self.emit("sl_mbar_init_fence();")
-        for op in (self.plan.a, self.plan.b):
-            self.emit(f"sl_tmap_acquire(&{tmap_param(op.source.name)}[0]);")
-        self.close()
-        self.emit("__syncthreads();  // the barriers exist before anyone waits on them")
+    def _barriers(self) -> tuple[tuple[str, str, str], ...]:
+        return (("sl_full", "1", "the producer's arrival, plus the slot's bytes"),
+                ("sl_empty", str(self.warps_m * self.warps_n), "one release per accumulator warp"))
 
     def _mainloop(self, ko: str) -> None:
         s = self.plan.stages
