@@ -250,7 +250,8 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     # ---- one block's latency chain -----------------------------------------------------------------
     # Each loop step over global inputs (a reduction's pipeline step, a row pass of a row kernel, the
     # epilogue's loads) is one round trip the block waits for; a stages-deep pipeline overlaps them with
-    # arithmetic and keeps stages - 1 of them in flight (Little's law: the chain shortens by that factor).
+    # arithmetic and keeps stages - 1 of them in flight (Little's law: the chain shortens by that factor),
+    # or fewer where slots stay held by asynchronous work still reading them (the Tiling's ``ahead``).
     # Dependent FMAs wait FMA_LATENCY_CYCLES unless the thread tile gives independent ones.
     stages = max(1, int(tiling.stages))
     round_trips = passes
@@ -259,7 +260,8 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     lat_mem = round_trips * avg_latency
     ilp = min(FMA_LATENCY_CYCLES, max(1, math.prod(thread_tile.values())))
     lat_comp = ((simt_instr_block / threads) * FMA_LATENCY_CYCLES / ilp + combine_cycles) / profile.clock_hz
-    floor = lat_mem + lat_comp if stages == 1 else max(lat_mem / (stages - 1), lat_comp)
+    ahead = stages - 1 if tiling.ahead is None else max(0, int(tiling.ahead))
+    floor = lat_mem + lat_comp if ahead == 0 else max(lat_mem / ahead, lat_comp)
 
     # ---- rounds (the wave model) -------------------------------------------------------------------
     dram_bw, l2_bw, shared_bw = profile.dram_bytes_per_s, profile.l2_bytes_per_s, profile.shared_bytes_per_s

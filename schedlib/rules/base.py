@@ -137,6 +137,7 @@ class Tiling:
     shared_buffers: tuple[str, ...] | None = None
     warpgroup: bool = False  # tensor cores driven by Hopper wgmma (else mma.sync)
     tma: bool = False  # operand tiles requested by one thread through the TMA (else copied by every thread)
+    ahead: int | None = None  # loop steps requested ahead of the one computed (None: stages - 1)
 
 
 class Rule(ABC):

@@ -136,7 +136,11 @@ def tiling(facts: Any, config: Config) -> Tiling:
     memory per k step, for the carver) and the dynamic allocation as its shared memory."""
     base = tc.tiling(facts, config)
     group = {facts.m: WARPGROUP_ROWS, facts.n: 4 * config["thread_n"]}
+    stages = config["stages"]
+    # tiles requested ahead: a ring of 3+ slots keeps one for the wgmma group in flight, unless a producer warp
+    # refills slots as their releases arrive (codegen.wgmma / codegen.warp_specialized)
+    ahead = stages - 1 if config["tensor_core"] == PRODUCER_TEMPLATE or stages < 3 else stages - 2
     return Tiling(base.main_block, base.block_tile, base.thread_tile, base.step, base.threads,
                   shared_bytes(config, facts.in_bytes), registers(config), base.vector, base.stages, base.split_k,
                   True, group, base.raster, base.shared_buffers, warpgroup=True,
-                  tma=config["tensor_core"] in TMA_FED)
+                  tma=config["tensor_core"] in TMA_FED, ahead=ahead)

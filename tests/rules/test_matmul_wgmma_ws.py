@@ -136,3 +136,23 @@ def test_breaking_the_barrier_discipline_is_caught(rng: np.random.Generator) -> 
     assert wrong_parity != kernel.source
     with pytest.raises(sl.EmulatorError, match="mbarrier phase"):
         _run(wrong_parity, spec, inputs, (128, 64))
+
+
+def test_the_carver_sees_its_deeper_prefetch_only_where_latency_bounds() -> None:
+    """A 4-slot ring runs 3 tiles ahead with a producer warp and 2 without (one slot stays with the wgmma group
+    in flight).  The model shortens the latency chain by that depth: on a long-K, few-block problem the chain
+    counts and the producer warp estimates faster (and leads the ranking); at 4096^3 the estimates are equal."""
+    long_k = wl.matmul(256, 256, 8192, "float16")
+    config = ws(64, 16, 64, 16, 4)  # 64 blocks of 64 x 16, each walking 128 k steps
+    assert MATMUL.tiling(long_k, H100, config).ahead == 3
+    assert MATMUL.tiling(long_k, H100, {**config, "tensor_core": "wgmma_tma"}).ahead == 2
+    assert MATMUL.tiling(long_k, H100, {**config, "tensor_core": "wgmma_tma", "stages": 2}).ahead == 1
+    with_producer = sl.carver.estimate(long_k, "h100", config)
+    without = sl.carver.estimate(long_k, "h100", {**config, "tensor_core": "wgmma_tma"})
+    assert with_producer["est_time_us"] < 0.8 * without["est_time_us"]
+    top = sl.carver.carve(long_k, "h100", topk=2)
+    assert list(top["tensor_core"]) == ["wgmma_ws", "wgmma_ws"]
+    big = wl.matmul(4096, 4096, 4096, "float16")
+    config = MATMUL.template_default(big, H100, "wgmma_ws")
+    assert sl.carver.estimate(big, "h100", config)["est_time_us"] == sl.carver.estimate(
+        big, "h100", {**config, "tensor_core": "wgmma_tma"})["est_time_us"]
