@@ -1,16 +1,14 @@
-"""compute_at, reverse_compute_at, compute_inline, reverse_compute_inline: goldens, numerics, rejections."""
+"""compute_at, reverse_compute_at, compute_inline, reverse_compute_inline: goldens and numerics (the
+rejections are in ``test_primitives_placement_errors.py``)."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 
 import schedlib as sl
 from schedlib.ir.func import Func
-from schedlib.ir.simplify import rename_buffer
 
-from .helpers import Reject, assert_same_result, chain_func, loop_nest, schedule, vector_func
+from .helpers import assert_same_result, chain_func, loop_nest, schedule, vector_func
 from .test_primitives_loops import golden
 
 # goldens ----------------------------------------------------------------------------------------
@@ -194,6 +192,15 @@ def test_compute_inline_into_several_consumers() -> None:
     assert_same_result(s.original, s)
 
 
+def _transposing_chain() -> Func:
+    """``B = A * 2; T[j, i] = B[i, j]; O = T + 1``: inlining T into B stores B at (j, i)."""
+    A = sl.placeholder((3, 5), "float32", "A")
+    B = sl.compute((3, 5), lambda i, j: A[i, j] * 2.0, "B")
+    T = sl.compute((5, 3), lambda j, i: B[i, j], "T")
+    O = sl.compute((5, 3), lambda j, i: T[j, i] + 1.0, "O")
+    return sl.func([A, O], "transposing")
+
+
 def test_reverse_compute_inline_transposing_consumer() -> None:
     s = sl.Schedule(_transposing_chain())
     s.reverse_compute_inline("T")
@@ -320,156 +327,3 @@ def test_compute_at_after_decompose_is_rejected() -> None:
         s.compute_at("T_max", "T_exp.i")
     assert len(s.trace) == 1
     assert_same_result(s.original, s)
-
-
-# every rejection --------------------------------------------------------------------------------
-
-def _transposing_chain() -> Func:
-    """``B = A * 2; T[j, i] = B[i, j]; O = T + 1``: inlining T into B stores B at (j, i)."""
-    A = sl.placeholder((3, 5), "float32", "A")
-    B = sl.compute((3, 5), lambda i, j: A[i, j] * 2.0, "B")
-    T = sl.compute((5, 3), lambda j, i: B[i, j], "T")
-    O = sl.compute((5, 3), lambda j, i: T[j, i] + 1.0, "O")
-    return sl.func([A, O], "transposing")
-
-
-def _custom(body: str) -> Func:
-    A = sl.placeholder((8,), "float32", "A")
-    B = sl.compute((8,), lambda i: A[i] * 2.0, "B")
-    if body == "mirror":
-        C = sl.compute((8,), lambda i: B[i] + B[7 - i], "C")
-        return sl.func([A, C])
-    if body == "shared":
-        C = sl.compute((8,), lambda i: B[i] + 1.0, "C")
-        D = sl.compute((8,), lambda i: B[i] * 3.0, "D")
-        return sl.func([A, C, D])
-    if body == "broadcast":
-        C = sl.compute((8, 2), lambda i, j: B[i] + 1.0, "C")
-        return sl.func([A, C])
-    assert body == "slice"
-    C = sl.compute((4,), lambda i: B[i] + 1.0, "C")
-    return sl.func([A, C])
-
-
-def _unread() -> sl.Schedule:
-    f = chain_func(8)
-    c = f.block("C")
-    return sl.Schedule(f.with_block(dataclasses.replace(c, value=rename_buffer(c.value, "B", "A"))))
-
-
-def _reads_itself() -> sl.Schedule:
-    f = chain_func(8)
-    b = f.block("B")
-    return sl.Schedule(f.with_block(dataclasses.replace(b, value=rename_buffer(b.value, "A", "B"))))
-
-
-def _mm_relu() -> sl.Schedule:
-    return sl.Schedule(sl.workloads.matmul(8, 6, 4, epilogue="relu"))
-
-
-def _mm_relu_staged() -> sl.Schedule:
-    return schedule(sl.workloads.matmul(8, 6, 4, epilogue="relu"), lambda s: s.cache_read("C", "A", "shared"),
-                    lambda s: s.compute_at("A_shared", "C.k"))
-
-
-def _mm_relu_decomposed() -> sl.Schedule:
-    return schedule(sl.workloads.matmul(8, 6, 4, epilogue="relu"), lambda s: s.decompose_reduction("C", "C.i"))
-
-
-def _write_back_under_host() -> sl.Schedule:
-    return schedule(sl.workloads.matmul(3, 4, 2, epilogue="bias"), lambda s: s.cache_write("C", "shared"),
-                    lambda s: s.reverse_compute_at("C_shared", "C.i"))
-
-
-def _compacted_stage() -> sl.Schedule:
-    return schedule(sl.workloads.elementwise((3, 3), ("add",)), lambda s: s.cache_write("E0", "local"),
-                    lambda s: s.compute_at("E0", "E0_local.ax1"), lambda s: s.cache_read("E0", "Y", "local"))
-
-
-def _transposed_producer() -> sl.Schedule:
-    return schedule(_transposing_chain(), lambda s: s.reverse_compute_inline("T"))
-
-
-NEGATIVE = [
-    Reject("compute-at-own-loop", _mm_relu_staged, lambda s: s.compute_at("A_shared", "A_shared.ax0"),
-           "compute_at", "loop", "A_shared.ax0", "is a loop of block A_shared itself"),
-    Reject("compute-at-has-attached", _mm_relu_staged, lambda s: s.compute_at("C", "D.i0"), "compute_at", "block",
-           "C", "has blocks attached to its loops (A_shared)"),
-    Reject("compute-at-shared-buffer", _mm_relu_decomposed, lambda s: s.compute_at("C_init", "D.i0"),
-           "compute_at", "block", "C_init", "C is also written by C"),
-    Reject("compute-at-output", _mm_relu, lambda s: s.compute_at("D", "C.i"), "compute_at", "block", "D",
-           "writes output D"),
-    Reject("compute-at-compacted", _mm_relu_staged, lambda s: s.compute_at("A_shared", "C.i"), "compute_at",
-           "block", "A_shared", "does not store at its plain spatial axes"),
-    Reject("compute-at-unread", _unread, lambda s: s.compute_at("B", "C.i"), "compute_at", "block", "B",
-           "nothing reads B"),
-    Reject("compute-at-read-outside", lambda: sl.Schedule(sl.workloads.softmax(3, 4)),
-           lambda s: s.compute_at("T_exp", "Y.i"), "compute_at", "loop", "Y.i", "also read outside it, by T_sum"),
-    # Regression: C_shared reads C_shared[ax0 - C.i, ax1] (compacted under C.i); moving it under D.i0 left
-    # C.i unbound.
-    Reject("compute-at-leaves-compaction-loop", _write_back_under_host, lambda s: s.compute_at("C_shared", "D.i0"),
-           "compute_at", "loop", "D.i0", "indexes a buffer through loop(s) C.i, which would not enclose it"),
-    Reject("compute-at-no-loop", _mm_relu, lambda s: s.compute_at("C", "C"), "compute_at", "loop", "C",
-           "is a block, not a loop"),
-    Reject("reverse-at-not-a-reader", _mm_relu_staged, lambda s: s.reverse_compute_at("D", "A_shared.ax0"),
-           "reverse_compute_at", "loop", "A_shared.ax0", "does not read A_shared, which A_shared writes"),
-    # Regression: E0 stores E0_local at its own loop variables (compacted under E0_local.ax1); moving it
-    # again regenerated those loops over another region while E0_local's reader kept the old shift.
-    Reject("reverse-at-compacted", _compacted_stage, lambda s: s.reverse_compute_at("E0", "Y_local.ax1"),
-           "reverse_compute_at", "block", "E0", "does not store at its plain spatial axes"),
-    # Regression: T_sum moved into T_max's loop, ahead of its init at the root, which then zeroed the sums.
-    Reject("reverse-at-separates-init", lambda: schedule(sl.workloads.softmax(3, 4),
-                                                         lambda s: s.decompose_reduction("T_sum", "T_sum.i")),
-           lambda s: s.reverse_compute_at("T_sum", "T_max.i"), "reverse_compute_at", "block", "T_sum",
-           "T_sum is also written by T_sum_init"),
-    Reject("reverse-at-two-indices", lambda: sl.Schedule(_custom("mirror")),
-           lambda s: s.reverse_compute_at("C", "B.i"), "reverse_compute_at", "block", "C",
-           "reads B at several different indices"),
-    Reject("reverse-at-not-plain", lambda: sl.Schedule(sl.workloads.softmax(3, 4)),
-           lambda s: s.reverse_compute_at("T_sum", "T_exp.i"), "reverse_compute_at", "block", "T_sum",
-           "must read T_exp at its plain spatial axes"),
-    # Regression: a broadcast read was reported as not reading "at its plain spatial axes".
-    Reject("reverse-at-broadcast", lambda: sl.Schedule(sl.workloads.softmax(3, 4)),
-           lambda s: s.reverse_compute_at("Y", "T_sum.i"), "reverse_compute_at", "block", "Y",
-           "must read T_sum at all of its spatial axes, one per dimension; reads T_sum[i], which does not use j"),
-    Reject("reverse-at-reduction-loop", _mm_relu, lambda s: s.reverse_compute_at("D", "C.k"),
-           "reverse_compute_at", "loop", "C.k", "C.k at or above it reduces"),
-    Reject("reverse-at-own-loop", _mm_relu, lambda s: s.reverse_compute_at("D", "D.i0"), "reverse_compute_at",
-           "loop", "D.i0", "is a loop of block D itself"),
-    Reject("reverse-at-before-producer", _mm_relu_decomposed, lambda s: s.reverse_compute_at("D", "C_init.i"),
-           "reverse_compute_at", "block", "D", "would run before C, which produces C"),
-    Reject("inline-reduction", _mm_relu, lambda s: s.compute_inline("C"), "compute_inline", "block", "C",
-           "is a reduction (SSR)"),
-    Reject("inline-attached", _mm_relu_staged, lambda s: s.compute_inline("A_shared"), "compute_inline", "block",
-           "A_shared", "is attached or has blocks attached"),
-    Reject("inline-output", _mm_relu, lambda s: s.compute_inline("D"), "compute_inline", "block", "D",
-           "writes output D"),
-    Reject("inline-init", _mm_relu_decomposed, lambda s: s.compute_inline("C_init"), "compute_inline", "block",
-           "C_init", "also written by C"),
-    Reject("inline-not-plain-store", _transposed_producer, lambda s: s.compute_inline("B"), "compute_inline",
-           "block", "B", "does not store at its plain axes"),
-    Reject("inline-reads-itself", _reads_itself, lambda s: s.compute_inline("B"), "compute_inline", "block", "B",
-           "reads its own output"),
-    Reject("reverse-inline-no-producer", lambda: sl.Schedule(sl.workloads.elementwise((3,), ("add", "relu"))),
-           lambda s: s.reverse_compute_inline("E0"), "reverse_compute_inline", "block", "E0",
-           "must read exactly one computed buffer, reads []"),
-    Reject("reverse-inline-two-producers", _mm_relu_decomposed, lambda s: s.reverse_compute_inline("D"),
-           "reverse_compute_inline", "block", "D", "C has several producers (C_init, C)"),
-    Reject("reverse-inline-reduction", _mm_relu, lambda s: s.reverse_compute_inline("D"),
-           "reverse_compute_inline", "block", "D", "its producer C is a reduction"),
-    Reject("reverse-inline-other-readers", lambda: sl.Schedule(_custom("shared")),
-           lambda s: s.reverse_compute_inline("C"), "reverse_compute_inline", "block", "C",
-           "B has other readers or is an output"),
-    Reject("reverse-inline-broadcast", lambda: sl.Schedule(_custom("broadcast")),
-           lambda s: s.reverse_compute_inline("C"), "reverse_compute_inline", "block", "C",
-           "must read B at a permutation of its axes"),
-    Reject("reverse-inline-slice", lambda: sl.Schedule(_custom("slice")), lambda s: s.reverse_compute_inline("C"),
-           "reverse_compute_inline", "block", "C", "axis i spans 4 but reads dim 0 of B, which has 8"),
-    Reject("reverse-inline-attached", _mm_relu_staged, lambda s: s.reverse_compute_inline("A_shared"),
-           "reverse_compute_inline", "block", "A_shared", "is attached or has blocks attached"),
-]
-
-
-@pytest.mark.parametrize("case", NEGATIVE, ids=lambda c: c.id)
-def test_rejections(case: Reject) -> None:
-    case.check()
