@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cg_schedules import CASES, Case, reduce_through_shared
+from cg_cases import CASES, Case
+from cg_schedules import reduce_through_shared
 from cg_support import assert_close, random_inputs
 
 import schedlib as sl

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cg_schedules import CASES, Case
+from cg_cases import CASES, Case
 from cg_support import assert_close, kernel_bodies, random_inputs, signature
 
 import schedlib as sl
