@@ -5,7 +5,8 @@
 1. Ceilings measured on the card: device-to-device copy bandwidth (bytes read + written), cuBLAS fp16 and
    fp32 GEMM through ``cupy.matmul``.
 2. Each workload: every kernel is checked against the vendor result first, then timed with CUDA events
-   (warm-up, L2 flush before each repetition, median of >= 20): the rule default, each of the carver's
+   (warm-up, L2 flush before each repetition, inputs rotated when they fit in L2, median of >= 20; only the
+   kernels' launches between the events, see ``Kernel.prepare``): the rule default, each of the carver's
    top-k, a short search (gpu backend), and the vendor library.  % of roofline uses the measured ceilings.
    fp16 matmuls also get ``rule[tensor_core=wgmma]``, ``rule[tensor_core=wgmma_ws]`` and
    ``rule[tensor_core=True]`` rows: the cp.async-fed wgmma, the warp-specialized TMA wgmma and the mma.sync

@@ -1,13 +1,20 @@
-"""Timing on the GPU: warm-up, an L2 flush before every repetition, median and spread.
+"""Timing on the GPU: warm-up, an L2 flush before every repetition, inputs rotated when they fit in L2,
+median and spread.
 
 :func:`repetitions` is the one timing policy of the project, written against two callables (time one run,
 flush the cache) so the search's measuring worker, the report and the GPU suite all time kernels the same
 way, and tests can drive it with a fake clock.  :func:`benchmark` binds it to cupy's CUDA events.
+
+When one set of a kernel's arrays fits in L2, the callers time a round robin (:func:`round_robin`) over
+:func:`rotation_copies` sets instead of one: writing the flush buffer evicts what the L2's replacement policy
+chooses, not necessarily every line of the previous run, while a different set was never loaded at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +26,29 @@ def l2_flush_buffer(l2_bytes: int) -> Any:
     """A device buffer twice the L2 size; writing it evicts whatever a kernel left in L2."""
     cp = require_cupy()
     return cp.empty(max(2 * int(l2_bytes), 1 << 20) // 4, dtype=cp.float32)
+
+
+MAX_ROTATION = 8  # input sets at most (each smaller than the L2, so at most 8 L2 sizes of memory)
+
+
+def rotation_copies(set_bytes: int, l2_bytes: int, limit: int = MAX_ROTATION) -> int:
+    """How many sets of a kernel's arrays (inputs and outputs, ``set_bytes`` together) the timing cycles
+    through: 1 when one set is at least the L2, else enough for twice the L2, at most ``limit``."""
+    if set_bytes <= 0 or set_bytes >= l2_bytes:
+        return 1
+    return max(1, min(int(limit), math.ceil(2 * l2_bytes / set_bytes)))
+
+
+def round_robin(runs: Sequence[Callable[[], Any]]) -> Callable[[], None]:
+    """One callable that performs the next of ``runs`` on each call, cycling."""
+    if not runs:
+        raise ValueError("round_robin needs at least one run")
+    order = itertools.cycle(runs)
+
+    def run() -> None:
+        next(order)()
+
+    return run
 
 
 def repetitions(time_us: Callable[[], float], flush: Callable[[int], None] | None = None, *, warmup_runs: int = 3,

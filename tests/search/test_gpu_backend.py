@@ -92,6 +92,44 @@ def test_timed_repetitions_each_follow_an_l2_flush_and_give_percentiles() -> Non
     assert (m.time_us, m.p20_us, m.p80_us) == (30.0, 18.0, 42.0)
 
 
+class AddressLoggingDevice(FakeDevice):
+    def launch(self, fn: str, grid: Any, block: Any, params: list[tuple[str, Any]], smem: int) -> None:
+        args = dict(params)
+        self.log.append(f"A@{args['A'].ctypes.data} C@{args['C'].ctypes.data}")
+        super().launch(fn, grid, block, params, smem)
+
+
+def test_inputs_smaller_than_the_l2_are_rotated() -> None:
+    """1,664 bytes of arrays against a 2,048-byte L2 (the flush is twice it): 3 sets, equal in value, each
+    with outputs of its own, timed in turns so no repetition finds its arrays left by the previous one."""
+    dev = AddressLoggingDevice([1.0] * 100)
+    bench = KernelBench(_init(), device=dev)
+    assert len(bench.input_sets) == 3
+    assert all(np.array_equal(s["A"], bench.inputs["A"]) for s in bench.input_sets)
+    dev.log.clear()
+    assert bench.handle({"op": "measure", **_kernel("good")})["status"] == "ok"
+    timed = [e for e in dev.log[dev.log.index("flush 4096"):] if e.startswith("A@")]
+    assert len(timed) == 5 and len(set(timed[:3])) == 3 and timed[3:] == timed[:2]
+    big = KernelBench({**_init(), "flush_bytes": 2 * 1664}, device=FakeDevice([1.0] * 100))
+    assert len(big.input_sets) == 1  # one set already fills the L2
+
+
+def test_rotation_copies_and_round_robin() -> None:
+    from schedlib.runtime.timing import rotation_copies, round_robin
+
+    l2 = 50 << 20
+    assert rotation_copies(l2, l2) == rotation_copies(3 * l2, l2) == rotation_copies(0, l2) == 1
+    assert rotation_copies(l2 // 2, l2) == 4 and rotation_copies(l2 - 1, l2) == 3
+    assert rotation_copies(1024, l2) == 8 and rotation_copies(1024, l2, limit=2) == 2
+    seen: list[int] = []
+    run = round_robin([lambda i=i: seen.append(i) for i in range(3)])
+    for _ in range(7):
+        run()
+    assert seen == [0, 1, 2, 0, 1, 2, 0]
+    with pytest.raises(ValueError, match="at least one run"):
+        round_robin([])
+
+
 def test_repetitions_follow_the_time_budget_and_the_rebenchmark_factor() -> None:
     dev = FakeDevice([100.0] * 1000)
     bench = KernelBench(_init(warmup_ms=1.0, target_ms=2.0, min_repeats=3, max_repeats=50), device=dev)
