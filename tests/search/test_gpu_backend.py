@@ -114,6 +114,37 @@ def test_inputs_smaller_than_the_l2_are_rotated() -> None:
     assert len(big.input_sets) == 1  # one set already fills the L2
 
 
+class RecordingFunction:
+    """A cupy RawKernel stand-in: counts the (driver) attribute writes and the launches."""
+
+    def __init__(self) -> None:
+        self.attribute_writes: list[int] = []
+        self.launches = 0
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return self.attribute_writes[-1] if self.attribute_writes else 0
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value: int) -> None:
+        self.attribute_writes.append(value)
+
+    def __call__(self, grid: Any, block: Any, params: Any, shared_mem: int = 0) -> None:
+        self.launches += 1
+
+
+def test_the_gpu_device_opts_into_shared_memory_once_per_function() -> None:
+    dev = object.__new__(CupyDevice)  # no cupy here: only the launch logic
+    dev._opted_in = {}
+    big, small = RecordingFunction(), RecordingFunction()
+    for _ in range(5):
+        dev.launch(big, (1, 1, 1), (128, 1, 1), [("n", 3)], 100_000)
+        dev.launch(small, (1, 1, 1), (128, 1, 1), [("n", 3)], 1024)
+    dev.launch(big, (1, 1, 1), (128, 1, 1), [("n", 3)], 150_000)  # more than allowed so far: asked again
+    assert big.attribute_writes == [100_000, 150_000] and big.launches == 6
+    assert small.attribute_writes == [] and small.launches == 5
+
+
 def test_rotation_copies_and_round_robin() -> None:
     from schedlib.runtime.timing import rotation_copies, round_robin
 
