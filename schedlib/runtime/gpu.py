@@ -85,7 +85,9 @@ class PreparedLaunch:
     :meth:`launch` only enqueues the kernels on the current stream, with no argument checks, conversions,
     allocations or lookups, so a timed loop repeats exactly the device work (host work between a start event
     and the kernel would be counted as device time whenever it outlasts the work queued before the event).
-    :meth:`result` gives the outputs of the latest launch.
+    :meth:`result` gives the outputs of the latest launch.  Arrays the preparation had to convert (bfloat16
+    inputs, non-contiguous or misaligned ones) are bound as the copies made then: later writes to the
+    originals are not seen; contiguous arrays of the kernel's own types are bound as they are.
     """
 
     def __init__(self, kernel: Any, launches: list[tuple[Any, tuple[int, int, int], tuple[int, int, int],
