@@ -1,99 +1,36 @@
 """``Kernel.prepare``: a call's host work done once, so a timing loop repeats only the kernels.
 
-There is no GPU here, so a stand-in for cupy holds arrays in host memory and its "module" runs each launch
-on the CPU emulator with exactly the grid, block and parameters it was given.  That checks what the GPU path
-binds (the parameter order, symbols, outputs, bfloat16 conversion) and, with counters on every conversion,
-allocation and module load, that ``launch()`` does nothing but enqueue kernels.
+There is no GPU here, so a stand-in for cupy (``fake_cupy.py``) holds arrays in host memory and its
+"module" runs each launch on the CPU emulator with exactly the grid, block and parameters it was given.  That
+checks what the GPU path binds (the parameter order, symbols, outputs, bfloat16 conversion) and, with
+counters on every conversion, allocation and module load, that ``launch()`` does nothing but enqueue kernels.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
 from emu_kernels import needs_gxx
+from fake_cupy import install
+from fake_cupy import on_device as _device
 
 import schedlib as sl
 from schedlib.errors import ShapeError
 from schedlib.ir.reference import run_reference
-from schedlib.runtime import gpu
-from schedlib.runtime.emulator import KernelLaunch, emulate
 from schedlib.runtime.kernel import Kernel
 
 pytestmark = needs_gxx
 
 
-class DeviceArray(np.ndarray):
-    """A host array that answers ``.data.ptr`` like a cupy array."""
-
-    @property
-    def data(self) -> Any:  # type: ignore[override]
-        return SimpleNamespace(ptr=self.ctypes.data)
-
-
-def _device(x: Any) -> DeviceArray:
-    return np.ascontiguousarray(x).view(DeviceArray)
-
-
-class FakeCupy:
-    """The part of cupy the GPU path uses, counting every host-side conversion and allocation."""
-
-    ndarray = DeviceArray
-    uint16, uint32, float32 = np.uint16, np.uint32, np.float32
-
-    def __init__(self) -> None:
-        self.calls: Counter[str] = Counter()
-
-    def ascontiguousarray(self, x: Any, dtype: Any = None) -> DeviceArray:
-        self.calls["ascontiguousarray"] += 1
-        return _device(np.asarray(x, dtype=dtype))
-
-    def empty(self, shape: Any, dtype: Any) -> DeviceArray:
-        self.calls["empty"] += 1
-        return _device(np.full(shape, 0xFF if np.dtype(dtype).kind in "iu" else np.nan, dtype=dtype))
-
-    def array(self, x: Any, copy: bool = True) -> DeviceArray:
-        self.calls["array"] += 1
-        return _device(np.array(x, copy=copy))
-
-
-class EmulatedFunction:
-    """A loaded kernel: each call runs it on the emulator with the launch it was given."""
-
-    def __init__(self, source: str, spec: Any, log: list[tuple[Any, ...]]) -> None:
-        self.source, self.spec, self.log = source, spec, log
-        self.max_dynamic_shared_size_bytes = 0
-
-    def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], params: tuple[Any, ...],
-                 shared_mem: int = 0) -> None:
-        self.log.append((self.spec.name, grid, block, params, shared_mem))
-        args = {name: (int(v) if name.startswith("$") else np.asarray(v)) for name, v in zip(self.spec.params, params)}
-        emulate(self.source, [KernelLaunch(self.spec.name, grid, block, self.spec.params, shared_mem)], args)
-
-
 @pytest.fixture
 def device(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
-    cp = FakeCupy()
-    state = SimpleNamespace(cp=cp, loads=0, launches=[])
-
-    def module_for(_cp: Any, source: str, arch: str | None = None) -> Any:
-        state.loads += 1
-        kernel = state.kernel
-        specs = {s.name: s for s in kernel.launch}
-        return SimpleNamespace(get_function=lambda name: EmulatedFunction(source, specs[name], state.launches))
-
-    monkeypatch.setattr(gpu, "require_cupy", lambda: cp)
-    monkeypatch.setattr(gpu, "module_for", module_for)
-    return state
+    return install(monkeypatch)
 
 
 def _kernel(func: sl.Func, state: SimpleNamespace) -> Kernel:
-    kernel = sl.build(sl.rules.apply_default(func, "h100"), "h100")
-    state.kernel = kernel
-    return kernel
+    return sl.build(sl.rules.apply_default(func, "h100"), "h100")
 
 
 def test_launch_repeats_only_the_kernels(device: SimpleNamespace, rng: np.random.Generator) -> None:
