@@ -19,7 +19,8 @@
 3. Each workload runs in its own process under a time limit (``--workload-timeout``, and the whole call's
    ``--budget``), so a kernel that faults or hangs costs that workload's rows only: the others, and the
    ceilings, are kept.  A method that fails inside a workload gets a row saying why.
-4. CSV and Markdown go to ``$OUT`` (or ``--out``); a short table is printed last.
+4. CSV and Markdown go to ``$OUT`` (or ``--out``); the full table is printed, then a short one last: per
+   workload, the fastest schedlib row against the vendor library.
 
 ``--dry-run`` runs the same pipeline with the carver's estimates and no GPU, to check the script itself.
 """
@@ -121,6 +122,28 @@ def run_isolated(label: str, args: argparse.Namespace, ceil: dict[str, float] | 
     return pd.read_csv(part), "ok"
 
 
+def summary(table: object) -> object:
+    """One row per workload: its fastest schedlib row (method and time), the vendor's time, their ratio (> 1:
+    schedlib is faster) and that row's share of the roofline."""
+    import pandas as pd
+
+    df = table  # type: ignore[assignment]
+    rows = []
+    for workload, rows_of in df.groupby("workload", sort=False):  # type: ignore[attr-defined]
+        ours = rows_of[(rows_of["method"] != "vendor") & rows_of["time_us"].notna()]
+        vendor = rows_of[rows_of["method"] == "vendor"]["time_us"]
+        vendor_us = float(vendor.iloc[0]) if len(vendor) else float("nan")
+        if len(ours):
+            best = ours.loc[ours["time_us"].idxmin()]
+            rows.append({"workload": workload, "best": best["method"], "best_us": float(best["time_us"]),
+                         "vendor_us": vendor_us, "vs_vendor": vendor_us / float(best["time_us"]),
+                         "pct_roofline": float(best["pct_roofline"])})
+        else:
+            rows.append({"workload": workload, "best": "(none ran)", "best_us": float("nan"),
+                         "vendor_us": vendor_us, "vs_vendor": float("nan"), "pct_roofline": float("nan")})
+    return pd.DataFrame(rows, columns=["workload", "best", "best_us", "vendor_us", "vs_vendor", "pct_roofline"])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "gpu-suite-out"))
@@ -184,6 +207,10 @@ def main() -> int:
     if ceil:
         lines += [f"Ceilings: copy {ceil['bandwidth'] / 1e9:.0f} GB/s; cuBLAS fp16 {ceil['fp16_flops'] / 1e12:.0f} "
                   f"TFLOP/s; fp32 {ceil['fp32_flops'] / 1e12:.1f} TFLOP/s.", ""]
+    if len(table):
+        lines += ["## Summary: the fastest schedlib row per workload", "",
+                  markdown_table(summary(table), ["workload", "best", "best_us", "vendor_us", "vs_vendor",
+                                                  "pct_roofline"]), "", "## Every row", ""]
     lines += [markdown_table(table, cols) if len(table) else "(no results)", ""]
     if check is not None and len(check):
         lines += ["## Tensor-core self-check", "",
@@ -197,6 +224,9 @@ def main() -> int:
         print(check[["template", "case", "ok", "max_err", "error"]].to_string(index=False))
     for label, what in problems:
         print(f"{label}: {what}")
+    if len(table):  # last: the short table
+        print("\nSummary (fastest schedlib row per workload against the vendor library):")
+        print(summary(table).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     return 0
 
 

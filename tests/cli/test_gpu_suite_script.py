@@ -38,6 +38,13 @@ def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None
     assert "| wgmma_tma | nn_f16 | True |" in page and "| wgmma | nn_f16 | True |" in page
     assert "| wgmma_ws | nn_f16 | True |" in page
     assert "| True | nn_f16 | True |" in page
+    # the short table comes last on stdout, and first in the page: one row per workload
+    tail = proc.stdout.rstrip().splitlines()[-3:]
+    assert re.match(r"\s*workload\s+best\s+best_us\s+vendor_us\s+vs_vendor\s+pct_roofline", tail[0]), tail
+    assert [line.split()[0] for line in tail[1:]] == ["matmul_fp16_4096", "row_sum_4096"]
+    best = df[df["method"] != "vendor"].groupby("workload")["time_us"].min()
+    assert float(tail[1].split()[2]) == float(f"{best['matmul_fp16_4096']:.3g}")
+    assert page.index("## Summary") < page.index("## Every row") < page.index("## Tensor-core self-check")
 
 
 def test_a_workload_past_its_time_limit_is_reported_and_the_budget_is_kept(tmp_path: Path) -> None:
