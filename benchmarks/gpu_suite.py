@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import schedlib as sl
@@ -104,8 +106,6 @@ def run_selfcheck(args: argparse.Namespace) -> None:
 def run_isolated(label: str, args: argparse.Namespace, ceil: dict[str, float] | None, limit: float
                  ) -> tuple[object, str]:
     """Run one workload (or the self-check) in a child process; (its DataFrame or None, what happened)."""
-    import pandas as pd
-
     part = Path(args.out) / "parts" / f"{label}.csv"
     part.unlink(missing_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", label, "--out", args.out,
@@ -122,14 +122,11 @@ def run_isolated(label: str, args: argparse.Namespace, ceil: dict[str, float] | 
     return pd.read_csv(part), "ok"
 
 
-def summary(table: object) -> object:
+def summary(table: pd.DataFrame) -> pd.DataFrame:
     """One row per workload: its fastest schedlib row (method and time), the vendor's time, their ratio (> 1:
     schedlib is faster) and that row's share of the roofline."""
-    import pandas as pd
-
-    df = table  # type: ignore[assignment]
     rows = []
-    for workload, rows_of in df.groupby("workload", sort=False):  # type: ignore[attr-defined]
+    for workload, rows_of in table.groupby("workload", sort=False):
         ours = rows_of[(rows_of["method"] != "vendor") & rows_of["time_us"].notna()]
         vendor = rows_of[rows_of["method"] == "vendor"]["time_us"]
         vendor_us = float(vendor.iloc[0]) if len(vendor) else float("nan")
@@ -197,8 +194,6 @@ def main() -> int:
         else:
             frames.append(df)
         print(f"{spec.label}: {what} in {time.time() - t0:.0f} s", flush=True)
-    import pandas as pd
-
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     stamp = datetime.date.today().isoformat()
     table.to_csv(out / "gpu_suite.csv", index=False)

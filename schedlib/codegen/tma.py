@@ -40,8 +40,6 @@ def uses_tma(root: Block) -> bool:
 class WgmmaTmaWriter(WgmmaWriter):
     loader = "TMA"
     issuer: str | None = "sl_tid == 0"  # the one thread that requests tiles (None: the caller already is it)
-    # mbarrier arrays of ``stages`` each (after the shared data): name, arrivals per phase, why that many
-    barriers: tuple[tuple[str, str, str], ...] = (("sl_full", "1", "one arrival (the requesting thread) per phase"),)
 
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
         super().__init__(func, root, scratch)
@@ -112,7 +110,8 @@ class WgmmaTmaWriter(WgmmaWriter):
         self.emit("__syncthreads();  // the barriers exist before anyone waits on them")
 
     def _barriers(self) -> tuple[tuple[str, str, str], ...]:
-        return self.barriers
+        """The mbarrier arrays of ``stages`` each, after the shared data: name, arrivals per phase, why."""
+        return (("sl_full", "1", "one arrival (the requesting thread) per phase"),)
 
     def _commit(self) -> None:
         """TMA copies are tracked by the slot's mbarrier: nothing to commit."""

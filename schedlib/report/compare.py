@@ -46,12 +46,6 @@ def _peak(profile: HardwareProfile, dtype: str, ceilings: dict[str, float] | Non
     return float(flops), float(c.get("bandwidth") or profile.dram_bytes_per_s)
 
 
-def _nbytes(func: Func, name: str) -> int:
-    buf = func.buffer(name)
-    elements = int(np.prod([int(d.value) for d in buf.shape]))  # type: ignore[attr-defined]
-    return elements * np.dtype(numpy_dtype(buf.dtype)).itemsize
-
-
 class _Timer:
     """Measures schedules on the GPU, or estimates them with the carver's model."""
 
@@ -78,14 +72,14 @@ class _Timer:
             host = rng.standard_normal(shape).astype(np.float32)
             self._inputs[name] = cp.asarray(host.astype(numpy_dtype(buf.dtype)))
         # a set of inputs and outputs smaller than the L2 is timed in turns with copies of it
-        set_bytes = sum(_nbytes(func, n) for n in (*func.inputs, *func.outputs))
-        copies = rotation_copies(set_bytes, self.profile.l2_bytes)
+        copies = rotation_copies(int(work(func).bytes), self.profile.l2_bytes)  # inputs and outputs
         self._input_sets = [self._inputs] + [{n: a.copy() for n, a in self._inputs.items()}
                                              for _ in range(copies - 1)]
         self._flush = self._flush if self._flush is not None else l2_flush_buffer(self.profile.l2_bytes)
-        self.vendor = vendor_fn(spec, self._inputs) if spec is not None else None
+        vendors = [vendor_fn(spec, s) for s in self._input_sets] if spec is not None else [None]
+        self.vendor = vendors[0]
         self.reference = self.vendor() if self.vendor is not None else None
-        self._vendor_runs = round_robin([vendor_fn(spec, s) for s in self._input_sets]) if self.vendor else None
+        self._vendor_runs = round_robin(vendors) if self.vendor is not None else None
 
     def schedule(self, sch: Schedule, rule: Any, config: dict[str, Any]) -> dict[str, float]:
         if not self.measured:

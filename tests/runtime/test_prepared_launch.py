@@ -29,13 +29,13 @@ def device(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     return install(monkeypatch)
 
 
-def _kernel(func: sl.Func, state: SimpleNamespace) -> Kernel:
+def _kernel(func: sl.Func) -> Kernel:
     return sl.build(sl.rules.apply_default(func, "h100"), "h100")
 
 
 def test_launch_repeats_only_the_kernels(device: SimpleNamespace, rng: np.random.Generator) -> None:
     func = sl.workloads.rmsnorm(rows=6, cols=200)
-    kernel = _kernel(func, device)
+    kernel = _kernel(func)
     inputs = [rng.standard_normal(tuple(int(d.value) for d in func.buffer(n).shape)).astype(np.float32)
               for n in func.inputs]
     prepared = kernel.prepare(*(_device(x) for x in inputs))
@@ -56,7 +56,7 @@ def test_launch_repeats_only_the_kernels(device: SimpleNamespace, rng: np.random
 def test_a_call_is_prepare_launch_result_and_loads_the_module_once(device: SimpleNamespace,
                                                                    rng: np.random.Generator) -> None:
     func = sl.workloads.matmul(M=40, N=24, K=32)
-    kernel = _kernel(func, device)
+    kernel = _kernel(func)
     a, b = (rng.standard_normal((40, 32)).astype(np.float32), rng.standard_normal((32, 24)).astype(np.float32))
     first = kernel(_device(a), _device(b))
     np.testing.assert_allclose(np.asarray(first), a @ b, rtol=1e-4, atol=1e-4)
@@ -69,7 +69,7 @@ def test_a_call_is_prepare_launch_result_and_loads_the_module_once(device: Simpl
 
 def test_bfloat16_outputs_are_converted_after_the_kernels(device: SimpleNamespace, rng: np.random.Generator) -> None:
     func = sl.workloads.elementwise((300,), chain=("add", "relu"), dtype="bfloat16")
-    kernel = _kernel(func, device)
+    kernel = _kernel(func)
     x = rng.standard_normal(300).astype(np.float32)
     prepared = kernel.prepare(*(_device(x) for _ in func.inputs))
     prepared.launch()
@@ -81,7 +81,7 @@ def test_bfloat16_outputs_are_converted_after_the_kernels(device: SimpleNamespac
 
 def test_bad_arguments_are_refused_before_anything_is_loaded(device: SimpleNamespace) -> None:
     func = sl.workloads.matmul(M=16, N=16, K=16)
-    kernel = _kernel(func, device)
+    kernel = _kernel(func)
     with pytest.raises(ShapeError, match="takes 2 inputs"):
         kernel.prepare(_device(np.zeros((16, 16), np.float32)))
     with pytest.raises(ShapeError, match="host numpy array"):
