@@ -28,6 +28,7 @@ class CrossThreadReduction:
     n_threads: int
     n_red: int
     scratch_arrays: list[tuple[str, str, int]]
+    vector_regs: dict[Any, str]
 
     def _reduction_region(self, block: Block) -> int | None:
         """Index of the first reduce loop when some reduce loop is bound to a thread index."""
@@ -58,8 +59,12 @@ class CrossThreadReduction:
         self._open(f"// block {block.name}: cross-thread reduction over {tag}")
         self._emit(f"{acc} sl_red = {literal(identity(block.reducer, dtype).value, dtype)};")
         braces = 0
+        # A vectorized innermost reduce loop: its reads are loaded wide, once, before the loop.
+        plan = self._vector_plan(block, region[-1]) if region[-1].vectorized else None
         for lp in region:
             v = mangle(lp.name)
+            if plan is not None and lp is plan.loop:
+                braces += self._open_vector_loads(plan, [])
             if lp.thread in THREAD_TAGS:
                 self._open("")
                 self._emit(f"const int {v} = {lp.thread};")
@@ -68,7 +73,7 @@ class CrossThreadReduction:
                     self._open(f"if ({v} < {self.printer(lp.extent)})")
                     braces += 1
             else:
-                if lp.unrolled:
+                if lp.unrolled or lp.vectorized:
                     self._emit("#pragma unroll")
                 self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
                 braces += 1
@@ -79,6 +84,7 @@ class CrossThreadReduction:
         if block.predicate is not None:
             update = f"if ({self._expr(block.predicate)}) {update}"
         self._emit(update)
+        self.vector_regs = {}
         self._close(braces + 1)
         self._allreduce(block.reducer, dtype, tag)
         self._open("")

@@ -16,6 +16,9 @@
 // Vector access of type VT at element index idx of buf (the address must be sizeof(VT)-aligned).
 #define SL_VLOAD(VT, buf, idx) (*reinterpret_cast<const VT*>(&(buf)[idx]))
 #define SL_VSTORE(VT, buf, idx, value) (*reinterpret_cast<VT*>(&(buf)[idx]) = (value))
+// The same through a 16-byte aligned register array regs (a vectorized loop that computes, not copies).
+#define SL_VLOAD_REGS(VT, regs, buf, idx) (*reinterpret_cast<VT*>(regs) = SL_VLOAD(VT, buf, idx))
+#define SL_VSTORE_REGS(VT, buf, idx, regs) SL_VSTORE(VT, buf, idx, *reinterpret_cast<const VT*>(regs))
 
 // D = A * B + C on one 16x8x16 tile per warp; fragments follow the PTX ISA layout of
 // mma.m16n8k16 (a: 4 x .f16x2, b: 2 x .f16x2, c/d: 4 x f32 per lane). Needs sm_80+.

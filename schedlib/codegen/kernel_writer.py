@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from schedlib.codegen.cross_thread import CrossThreadReduction
 from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, mangle
 from schedlib.codegen.layout import const_bytes, flatten, size_elements
+from schedlib.codegen.vector_access import VectorAccess
 from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES
@@ -70,7 +71,7 @@ class KernelSpec:
     tensor_maps: tuple[TensorMapSpec, ...] = ()
 
 
-class KernelWriter(CrossThreadReduction):
+class KernelWriter(CrossThreadReduction, VectorAccess):
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
         self.func = func
         self.root = root
@@ -83,6 +84,8 @@ class KernelWriter(CrossThreadReduction):
         self.depth = 1
         self.last_sync = False
         self.n_red = 0
+        self.n_vec = 0
+        self.vector_regs: dict[Load, str] = {}  # reads staged in registers by a vectorized loop
         self.bindings: dict[str, Expr] = {}
         self.ranges: dict[str, tuple[int, int]] = {}
         # A dimension may share its name with a buffer (sl.var("R") sizing buffer R): rename the int.
@@ -141,6 +144,8 @@ class KernelWriter(CrossThreadReduction):
         return self.printer(simplify(flat, self.ranges))
 
     def _load(self, ld: Load) -> str:
+        if ld in self.vector_regs:
+            return self.vector_regs[ld]
         buf = self.func.buffer(ld.buffer)
         return f"{mangle(buf.name)}[{self._index(buf, ld.indices)}]"
 
@@ -215,7 +220,8 @@ class KernelWriter(CrossThreadReduction):
             if region is not None and i == region:
                 self._cross_thread_reduction(block, i, ctx)
                 break
-            if lp.vectorized and i == len(block.loops) - 1 and self._vector_copy(block, lp, ctx):
+            if lp.vectorized and i == len(block.loops) - 1 and (self._vector_copy(block, lp, ctx)
+                                                                or self._vector_statement(block, lp, ctx)):
                 break
             ctx, braces = self._open_loop(block, lp, ctx)
             closers.append((lp, braces))
@@ -255,24 +261,28 @@ class KernelWriter(CrossThreadReduction):
     def _statement(self, block: Block, ctx: _Ctx) -> None:
         self._open(f"// block {block.name}")
         self._enter(block)
-        buf, target = self._store(block)
         conds = [self._expr(p) for p in conjuncts(block.predicate)] + self._once_guards(block, ctx)
         if conds:
             self._open(f"if ({' && '.join(conds)})")
-        value = self._expr(block.value)
-        if block.reducer is None:
-            self._emit(f"{target} = static_cast<{ctype(buf.dtype)}>({value});")
-        else:
-            if block.init is not None:
-                first = [f"{self._expr(self.bindings[a.name])} == 0" for a in block.axes if a.kind == "R"]
-                init = self._expr(block.init)
-                self._emit(f"if ({' && '.join(first) or 'true'}) {target} = static_cast<{ctype(buf.dtype)}>({init});")
-            current = f"static_cast<{compute_type(buf.dtype)}>({target})"
-            combined = self._combine(block.reducer, current, value, buf.dtype)
-            self._emit(f"{target} = static_cast<{ctype(buf.dtype)}>({combined});")
+        self._assign(block, self._expr(block.value))
         if conds:
             self._close()
         self._close()
+
+    def _assign(self, block: Block, value: str) -> None:
+        """Store ``value`` (already printed) into the block's target: plainly, or folded into it after the
+        init on the first reduction step."""
+        buf, target = self._store(block)
+        if block.reducer is None:
+            self._emit(f"{target} = static_cast<{ctype(buf.dtype)}>({value});")
+            return
+        if block.init is not None:
+            first = [f"{self._expr(self.bindings[a.name])} == 0" for a in block.axes if a.kind == "R"]
+            init = self._expr(block.init)
+            self._emit(f"if ({' && '.join(first) or 'true'}) {target} = static_cast<{ctype(buf.dtype)}>({init});")
+        current = f"static_cast<{compute_type(buf.dtype)}>({target})"
+        combined = self._combine(block.reducer, current, value, buf.dtype)
+        self._emit(f"{target} = static_cast<{ctype(buf.dtype)}>({combined});")
 
     def _vector_copy(self, block: Block, lp: Loop, ctx: _Ctx) -> bool:
         """Emit a vectorized copy as one aligned 4/8/16-byte access; False when that is not provable."""

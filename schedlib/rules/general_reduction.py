@@ -72,7 +72,8 @@ class GeneralReductionRule(Rule):
         limit = target.max_threads_per_block
         return Space(self.name, (
             Knob("threads", pow2_range(32, limit), "threads per row (one thread block per row)"),
-            Knob("unroll", (1, 2, 4, 8), "consecutive strided steps each thread unrolls"),
+            Knob("unroll", (1, 2, 4, 8), "consecutive elements each thread handles per step (one vector access "
+                 "when aligned and at most 16 bytes)"),
         ))
 
     def default_config(self, func: Func, target: Any) -> Config:
@@ -85,7 +86,7 @@ class GeneralReductionRule(Rule):
         out = func.block(facts.output)
         tile = {a.name: 1 for a in out.axes[:-1]} | {out.axes[-1].name: facts.cols}
         return Tiling(facts.output, tile, {}, {out.axes[-1].name: config["threads"] * config["unroll"]},
-                      config["threads"], 4 * config["threads"], 40)
+                      config["threads"], 4 * config["threads"], 40, _vector_width(config["unroll"], facts.in_bytes))
 
     def schedule(self, func: Func, facts: GeneralReductionFacts, config: Config,
                  target: HardwareProfile) -> Schedule:
@@ -102,12 +103,23 @@ class GeneralReductionRule(Rule):
         s.reorder(row, jt, jo)
         s.bind(row, "blockIdx.x")
         s.bind(jt, "threadIdx.x")
+        vectorize = _vector_width(U, facts.in_bytes) > 1
         for name in reversed(facts.reductions):
             s.compute_at(name, row)
             k = s.get_loops(name)[-1]
-            ko, kt = s.split(k, [None, T])
-            s.reorder(kt, ko)
+            if vectorize:  # the same U consecutive columns per thread and step as the output stage
+                ko, kt, kv = s.split(k, [None, T, U])
+                s.reorder(kt, ko, kv)
+                s.vectorize(kv)
+            else:
+                ko, kt = s.split(k, [None, T])
+                s.reorder(kt, ko)
             s.bind(kt, "threadIdx.x")
         if ju is not None:
-            s.unroll(ju)
+            (s.vectorize if vectorize else s.unroll)(ju)
         return s
+
+
+def _vector_width(unroll: int, in_bytes: int) -> int:
+    """Elements per load when a thread's ``unroll`` consecutive elements make one 4/8/16-byte access."""
+    return unroll if unroll > 1 and unroll * in_bytes in (4, 8, 16) else 1

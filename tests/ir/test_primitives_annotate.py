@@ -31,6 +31,22 @@ def test_bind_and_vectorize_golden() -> None:
     assert_same_result(s.original, s)
 
 
+def test_vectorize_a_reduce_loop_golden() -> None:
+    """A reduce loop vectorizes (its reads widen, the fold keeps its order): the nest and result are unchanged."""
+    s = sl.Schedule(sl.workloads.reduce(4, 8))
+    s.split("R.r", [None, 4])
+    assert s.vectorize("R.r_1") is None
+    assert loop_nest(s) == golden("""
+        for R.i in range(4):
+          for R.r_0 in range(2):
+            for R.r_1 in range(4):  # vectorize
+              block R SR (i=R.i, r=R.r_0 * 4 + R.r_1):
+                init R[i] = 0.0
+                R[i] += X[i, r]
+        """)
+    assert_same_result(s.original, s)
+
+
 def test_unroll_and_annotate_golden() -> None:
     s = sl.Schedule(sl.workloads.reduce(4, 8))
     assert s.unroll("R.r") is None
@@ -169,8 +185,6 @@ NEGATIVE = [
            "vectorize", "loop", "C.i", "extent n must be a constant"),
     Reject("vectorize-bound", _ew_thread_inner, lambda s: s.vectorize("E0.i1"), "vectorize", "loop", "E0.i1",
            "bound to threadIdx.x"),
-    Reject("vectorize-reduction", _mm, lambda s: s.vectorize("C.k"), "vectorize", "loop", "C.k",
-           "reduction loop"),
     Reject("vectorize-attached", _ew_attached_inner, lambda s: s.vectorize("E0.i1"), "vectorize", "loop",
            "E0.i1", "has blocks attached"),
     Reject("unroll-vectorized", _ew_vectorized, lambda s: s.unroll("E0.i1"), "unroll", "loop", "E0.i1",

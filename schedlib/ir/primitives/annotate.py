@@ -79,6 +79,11 @@ def bind(func: Func, loop: str, thread: str) -> tuple[Func, None]:
 def vectorize(func: Func, loop: str) -> tuple[Func, None]:
     """Mark the innermost loop of a block for vector loads/stores (float4, half2, ...).
 
+    A copy becomes one vector access per thread; a block that computes loads its reads wide into registers
+    and, when spatial, stores its result the same way.  A reduce loop may be vectorized too: its reads are
+    widened and the fold keeps its order, so the result does not change.  Accesses whose alignment cannot be
+    proved stay scalar (see ``schedlib.codegen.vector_access``).
+
     Before ``vectorize(f, "C.j_1")``::
 
         for C.i in range(4):
@@ -108,8 +113,6 @@ def vectorize(func: Func, loop: str) -> tuple[Func, None]:
     if lp.unrolled:
         # As unroll refuses a vectorized loop: a loop is realised one way or the other, not both.
         fail(prim, "loop", loop, "is unrolled")
-    if owner.loop_kind(loop) == "R":
-        fail(prim, "loop", loop, "is a reduction loop; only spatial loops vectorize")
     if func.attached_at(owner.name, loop):
         fail(prim, "loop", loop, "has blocks attached to it")
     return _replace_loop(func, loop, vectorized=True), None

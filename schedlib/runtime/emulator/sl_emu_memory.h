@@ -201,6 +201,21 @@ inline void vstore(const Ptr<T>& p, I idx, const V& value, const char* vt) {
   std::memcpy(p.cur + idx, &v, sizeof(VT));
 }
 
+template <class VT, class R, class P, class I>
+inline void vload_regs(R* regs, const P& p, I idx, const char* vt) {
+  check_align(regs, alignof(VT), "SL_VLOAD_REGS<", std::string(vt) + "> into a register array");
+  const VT v = vload<VT>(p, idx, vt);
+  std::memcpy(regs, &v, sizeof(VT));
+}
+
+template <class VT, class P, class I, class R>
+inline void vstore_regs(const P& p, I idx, const R* regs, const char* vt) {
+  check_align(regs, alignof(VT), "SL_VSTORE_REGS<", std::string(vt) + "> from a register array");
+  VT v;
+  std::memcpy(&v, regs, sizeof(VT));
+  vstore<VT>(p, idx, v, vt);
+}
+
 }  // namespace sl_emu
 
 #ifdef SL_EMU_BOUNDS
@@ -219,6 +234,9 @@ inline void vstore(const Ptr<T>& p, I idx, const V& value, const char* vt) {
 #endif
 #define SL_VLOAD(VT, buf, idx) (::sl_emu::vload<VT>((buf), (idx), #VT))
 #define SL_VSTORE(VT, buf, idx, value) (::sl_emu::vstore<VT>((buf), (idx), (value), #VT))
+// Through a register array: memcpy, not a pointer cast, so g++'s aliasing rules keep the element reads.
+#define SL_VLOAD_REGS(VT, regs, buf, idx) (::sl_emu::vload_regs<VT>((regs), (buf), (idx), #VT))
+#define SL_VSTORE_REGS(VT, buf, idx, regs) (::sl_emu::vstore_regs<VT>((buf), (idx), (regs), #VT))
 
 // ---- read-only loads and atomics (relaxed, like CUDA's; blocks run concurrently on OS threads) ----
 template <class T>

@@ -1,0 +1,158 @@
+"""Vector loads and stores for a vectorized loop whose block computes something (not a plain copy).
+
+A plain copy under a vectorized loop becomes one ``SL_VLOAD``/``SL_VSTORE`` (``KernelWriter._vector_copy``).
+Any other block gets the same wide accesses through registers: every read whose flat index is provably
+``base + v`` with ``base`` a multiple of the width is loaded once, before the loop, into a 16-byte aligned
+register array; the loop runs unrolled on the registers; and a spatial block's result, gathered in another
+register array, is stored with one vector store after it.  A vectorized reduce loop keeps its order: only its
+reads are widened, so the sum is the same as the scalar loop's, bit for bit.
+
+Before (``vectorize(C.k_2)``, a GEMV row of 8 fp16 per thread)::
+
+    for (int C_k_2 = 0; C_k_2 < 8; ++C_k_2)
+      sl_red = sl_red + float(X[k0 + C_k_2]) * float(W[n * 4096 + k0 + C_k_2]);   // 16 2-byte loads
+
+After::
+
+    __align__(16) half sl_vec1[8];  SL_VLOAD_REGS(uint4, sl_vec1, X, k0);
+    __align__(16) half sl_vec2[8];  SL_VLOAD_REGS(uint4, sl_vec2, W, n * 4096 + k0);   // 2 16-byte loads
+    for (int C_k_2 = 0; C_k_2 < 8; ++C_k_2)
+      sl_red = sl_red + float(sl_vec1[C_k_2]) * float(sl_vec2[C_k_2]);
+
+Why the loads are hoisted rather than left for nvcc to merge: nvcc cannot prove a pointer parameter 16-byte
+aligned, so it keeps 2-byte loads; the alignment proof here (:mod:`schedlib.codegen.vectorize`) plus the
+runtime's 16-byte aligned arguments are what make one wide load legal.  Reads that the proof does not cover
+(a symbolic row stride, a ragged predicate) stay scalar, as do reads of registers and of the stored buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schedlib.codegen.cuda_expr import ctype, mangle
+from schedlib.codegen.layout import flatten
+from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
+from schedlib.ir.dtype import BYTES
+from schedlib.ir.expr import Expr, Load, as_int
+from schedlib.ir.func import Block, Loop
+from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, substitute
+
+
+@dataclass(frozen=True)
+class _Access:
+    """One widened access: ``regs[0:width]`` holds ``buffer[base : base + width]``."""
+
+    buffer: str
+    base: Expr
+    regs: str
+    ctype: str
+    vtype: str
+
+
+@dataclass(frozen=True)
+class VectorPlan:
+    loop: Loop
+    width: int
+    guards: tuple[Expr, ...]  # uniform over the loop: each holds for every lane iff it holds for lane 0
+    reads: dict[Load, _Access]  # key: the read as printed (bindings substituted, simplified)
+    store: _Access | None  # the block's result, gathered in registers and stored once
+
+
+class VectorAccess:
+    """Planning and emission of register-staged vector accesses; mixed into :class:`KernelWriter`."""
+
+    func: Any
+    bindings: dict[str, Expr]
+    ranges: dict[str, tuple[int, int]]
+    vector_regs: dict[Load, str]
+    n_vec: int
+
+    def _flat(self, buffer: str, indices: tuple[Expr, ...]) -> Expr:
+        return simplify(substitute(flatten(self.func.buffer(buffer), indices), self.bindings), self.ranges)
+
+    def _widen(self, buffer: str, indices: tuple[Expr, ...], lp: Loop, width: int) -> _Access | None:
+        buf = self.func.buffer(buffer)
+        vtype = VECTOR_TYPES.get(width * BYTES[buf.dtype])
+        if vtype is None or buf.scope == "local":
+            return None
+        base = aligned_base(self._flat(buffer, indices), lp.name, width)
+        if base is None:
+            return None
+        self.n_vec += 1
+        return _Access(buffer, base, f"sl_vec{self.n_vec}", ctype(buf.dtype), vtype)
+
+    def _vector_plan(self, block: Block, lp: Loop) -> VectorPlan | None:
+        """Which reads (and the store) of ``block`` widen over its innermost loop ``lp``; None when none do,
+        or when the block's predicate does not hold or fail for a whole vector at once."""
+        width = as_int(lp.extent)
+        if width is None or width < 2 or self.func.attached_at(block.name, lp.name):
+            return None
+        self._enter(block)
+        guards = [uniform_guard(simplify(substitute(p, self.bindings), self.ranges), lp.name, width)
+                  for p in conjuncts(block.predicate)]
+        if any(g is None for g in guards):
+            return None
+        value = simplify(substitute(block.value, self.bindings), self.ranges)
+        reads: dict[Load, _Access] = {}
+        for ld in loads(value):
+            if ld in reads or ld.buffer == block.store or lp.name not in free_vars(ld):
+                continue
+            access = self._widen(ld.buffer, ld.indices, lp, width)
+            if access is not None:
+                reads[ld] = access
+        store = None
+        if block.reducer is None:
+            store = self._widen(block.store, block.store_indices, lp, width)
+        if not reads and store is None:
+            return None
+        return VectorPlan(lp, width, tuple(g for g in guards if g is not None), reads, store)
+
+    def _open_vector_loads(self, plan: VectorPlan, extra_conds: list[str]) -> int:
+        """Declare the register arrays and load them; returns how many braces the caller closes (the
+        guard's).  Reads inside the loop then print as register elements."""
+        accesses = [*plan.reads.values(), *([plan.store] if plan.store else [])]
+        for a in accesses:
+            self._emit(f"__align__(16) {a.ctype} {a.regs}[{plan.width}];")
+        conds = [self.printer(g) for g in plan.guards] + extra_conds
+        braces = 0
+        if conds:
+            self._open(f"if ({' && '.join(conds)})")
+            braces = 1
+        for a in plan.reads.values():
+            self._emit(f"SL_VLOAD_REGS({a.vtype}, {a.regs}, {mangle(a.buffer)}, {self.printer(a.base)});")
+        v = mangle(plan.loop.name)
+        self.vector_regs = {ld: f"{a.regs}[{v}]" for ld, a in plan.reads.items()}
+        return braces
+
+    def _close_vector_loads(self, plan: VectorPlan, braces: int) -> None:
+        self.vector_regs = {}
+        if plan.store is not None:
+            a = plan.store
+            self._emit(f"SL_VSTORE_REGS({a.vtype}, {mangle(a.buffer)}, {self.printer(a.base)}, {a.regs});")
+        self._close(braces)
+
+    def _vector_statement(self, block: Block, lp: Loop, ctx: Any) -> bool:
+        """Emit ``block`` under its innermost vectorized loop ``lp`` with widened accesses; False when
+        nothing widens (the caller then emits an unrolled scalar loop)."""
+        plan = self._vector_plan(block, lp)
+        if plan is None:
+            return False
+        names = ", ".join(dict.fromkeys(a.buffer for a in plan.reads.values()))
+        what = [f"loads of {names}"] if names else []
+        what += [f"a store of {plan.store.buffer}"] if plan.store else []
+        self._open(f"// block {block.name}: {plan.width}-wide {' and '.join(what)}")
+        braces = self._open_vector_loads(plan, self._once_guards(block, ctx))
+        v = mangle(lp.name)
+        self._emit("#pragma unroll")
+        self._open(f"for (int {v} = 0; {v} < {plan.width}; ++{v})")
+        self._enter(block)
+        value = self._expr(block.value)
+        if plan.store is not None:
+            self._emit(f"{plan.store.regs}[{v}] = static_cast<{plan.store.ctype}>({value});")
+        else:
+            self._assign(block, value)
+        self._close()
+        self._close_vector_loads(plan, braces)
+        self._close()
+        return True

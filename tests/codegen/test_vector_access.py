@@ -1,0 +1,149 @@
+"""Vectorized loops that compute (not copy): reads loaded wide into registers, spatial results stored wide.
+
+Each kernel is compared with the same schedule whose vectorized loops are merely unrolled: the emulated
+results must be identical bit for bit (a vectorized reduce loop keeps its fold order), and the widened source
+must say so (``SL_VLOAD_REGS``/``SL_VSTORE_REGS``) exactly where the alignment proof holds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cg_support import kernel_bodies, random_inputs
+
+import schedlib as sl
+from schedlib.runtime.nvcc import find_nvcc
+from schedlib.suites import parse_workload
+
+VLOAD = re.compile(r"SL_VLOAD_REGS\((\w+), \w+, (\w+), ")
+VSTORE = re.compile(r"SL_VSTORE_REGS\((\w+), (\w+), ")
+
+
+def widened(source: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(vector type, buffer) of every register-staged vector load, and of every such store."""
+    source = "\n".join(kernel_bodies(source).values())  # not the prelude, which defines the macros
+    return [(m.group(1), m.group(2)) for m in VLOAD.finditer(source)], \
+        [(m.group(1), m.group(2)) for m in VSTORE.finditer(source)]
+
+
+def unrolled_instead(s: sl.Schedule) -> sl.Schedule:
+    """The same schedule with every ``vectorize`` replayed as ``unroll``: the scalar twin."""
+    trace = json.loads(s.trace.to_json())
+    for step in trace["steps"]:
+        if step["primitive"] == "vectorize":
+            step["primitive"] = "unroll"
+    return sl.Schedule.from_trace(s.original, json.dumps(trace))
+
+
+def run_both(s: sl.Schedule, inputs: list[np.ndarray]) -> tuple[sl.Kernel, np.ndarray, np.ndarray]:
+    """The vectorized kernel, its emulated output (bounds and alignment checked) and its scalar twin's."""
+    fast = sl.build(s, "sm_90")
+    slow = sl.build(unrolled_instead(s), "sm_90")
+    assert widened(slow.source) == ([], [])
+    return fast, fast.run_cpu(*inputs, bounds_check=True), slow.run_cpu(*inputs, bounds_check=True)
+
+
+def rule_schedule(spec: str) -> sl.Schedule:
+    return sl.rules.apply_default(parse_workload(spec).build(), "h100")
+
+
+@pytest.mark.emulator
+def test_gemv_row_reads_are_16_byte_loads_with_an_unchanged_sum(rng: np.random.Generator) -> None:
+    s = rule_schedule("gemv:N=96,K=512,dtype=float16")
+    inputs = random_inputs(s.func, rng)
+    k, got, want = run_both(s, inputs)
+    loads, stores = widened(k.source)
+    assert sorted(loads) == [("uint4", "W"), ("uint4", "X")] and stores == []
+    np.testing.assert_array_equal(got, want)  # same order of additions: the very same bits
+    x, w = (a.astype(np.float64) for a in inputs)
+    np.testing.assert_allclose(got.astype(np.float64), x @ w.T, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.emulator
+def test_rmsnorm_reads_and_writes_wide_and_guards_a_ragged_row_per_vector(rng: np.random.Generator) -> None:
+    """1000 columns over 1024 threads x 4: the last vectors fall past the row, and the guard on the column
+    holds or fails for all 4 lanes at once (1000 is a multiple of 4), so it guards the vector access."""
+    s = rule_schedule("rmsnorm:rows=3,cols=1000")
+    inputs = random_inputs(s.func, rng)
+    k, got, want = run_both(s, inputs)
+    loads, stores = widened(k.source)
+    assert sorted(loads) == [("uint4", "W"), ("uint4", "X"), ("uint4", "X")]  # the sum of squares, then Y
+    assert stores == [("uint4", "Y")]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, sl.run_reference(s.original, dict(zip(s.func.inputs, inputs)))["Y"],
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.emulator
+def test_a_guard_that_splits_a_vector_keeps_the_loop_scalar(rng: np.random.Generator) -> None:
+    """1002 columns: a vector of 4 can straddle the row's end, so no access may be widened."""
+    s = rule_schedule("rmsnorm:rows=2,cols=1002")
+    assert any(lp.vectorized for b in s.func.blocks for lp in b.loops)
+    k, got, want = run_both(s, random_inputs(s.func, rng))
+    assert widened(k.source) == ([], [])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.emulator
+def test_softmax_with_a_symbolic_row_count_still_widens(rng: np.random.Generator) -> None:
+    """Only the row stride must be known: rows may be symbolic."""
+    s = sl.rules.apply_default(sl.workloads.softmax(sl.var("M"), 256), "h100")
+    k, got, want = run_both(s, random_inputs(s.func, rng, {"M": 5}))
+    loads, stores = widened(k.source)
+    assert loads and stores == [("uint4", "Y")]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.emulator
+def test_a_symbolic_row_stride_cannot_be_proved_aligned(rng: np.random.Generator) -> None:
+    f = sl.workloads.reduce(4, sl.var("N"))
+    s = sl.Schedule(f)
+    _, rv = s.split("R.r", [None, 4])
+    s.bind("R.i", "threadIdx.x")
+    s.vectorize(rv)
+    k, got, want = run_both(s, random_inputs(s.func, rng, {"N": 12}))
+    assert widened(k.source) == ([], [])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.emulator
+def test_a_serial_vectorized_reduction_folds_registers_in_order(rng: np.random.Generator) -> None:
+    """Not a cross-thread reduction: the vectorized reduce loop sits in one thread, after the init."""
+    s = sl.Schedule(sl.workloads.reduce(8, 24))
+    _, rv = s.split("R.r", [None, 4])
+    s.bind("R.i", "threadIdx.x")
+    s.vectorize(rv)
+    inputs = random_inputs(s.func, rng)
+    k, got, want = run_both(s, inputs)
+    assert widened(k.source) == ([("uint4", "X")], [])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, inputs[0].sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.emulator
+def test_elementwise_chain_loads_and_stores_wide(rng: np.random.Generator) -> None:
+    s = sl.rules.apply_default(sl.workloads.elementwise((64, 256), ("scale", "relu")), "h100")
+    k, got, want = run_both(s, random_inputs(s.func, rng))
+    loads, stores = widened(k.source)
+    assert loads and stores and all(vt == "uint4" for vt, _ in loads + stores)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(find_nvcc() is None, reason="reading the PTX needs nvcc")
+def test_nvcc_emits_vector_global_loads_for_the_suite_gemv(tmp_path: Path) -> None:
+    """The suite's decode GEMV: before, nvcc kept 32 2-byte loads per thread; now 16-byte ones only."""
+    k = sl.build(rule_schedule("gemv:N=14336,K=4096,dtype=float16"), "sm_90")
+    src = tmp_path / "gemv.cu"
+    src.write_text(k.source)
+    subprocess.run([find_nvcc(), "-arch=sm_90", "-ptx", "-o", str(tmp_path / "gemv.ptx"), str(src)], check=True,
+                   capture_output=True, timeout=300)
+    ptx = (tmp_path / "gemv.ptx").read_text()
+    global_loads = re.findall(r"ld\.global(?:\.nc)?\.(\S+)", ptx)
+    assert global_loads and all(op.startswith("v4.") for op in global_loads), global_loads
+    assert ".local" not in ptx  # the register arrays stay in registers
