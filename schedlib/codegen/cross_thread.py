@@ -4,20 +4,32 @@ Each thread folds its share of the reduction into a register; then the partials 
 shuffles when the group is a power of two within a warp, shuffles plus shared memory across warps when it
 spans whole warps, and a shared-memory fold otherwise.  Mixed into :class:`KernelWriter`, whose emission
 helpers (``_emit``, ``_open``, ``_sync`` ...) it uses.
+
+Spatial loops innermost in the reduction ("lanes") give each thread several results: it keeps one partial
+per lane point, reads all of them in one pass over its share (one vector load when the lanes are contiguous
+and vectorized), and combines each across threads afterwards::
+
+    float sl_lanes[2] = {0, 0};
+    for k in this thread's rows:  sl_lanes[n_2] += X[k] * W[k, n + n_2]   (n_2 = 0, 1: one 4-byte load)
+    for each lane: combine across threadIdx.y, then store
+
+rather than one pass over the rows per result, which reads every row's cache line once per result.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from schedlib.codegen.cuda_expr import compute_type, ctype, literal, mangle
 from schedlib.errors import BuildError
 from schedlib.ir.expr import as_int
-from schedlib.ir.func import Block
+from schedlib.ir.func import Block, Loop
 from schedlib.ir.simplify import conjuncts, free_vars
 from schedlib.ir.tensor import identity
 
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+MAX_LANES = 16  # partial results one thread keeps in registers across a cross-thread reduction
 
 
 class CrossThreadReduction:
@@ -38,16 +50,39 @@ class CrossThreadReduction:
         if not any(k == "R" and lp.thread in THREAD_TAGS for k, lp in zip(kinds, block.loops)):
             return None
         start = kinds.index("R")
-        for lp, k in zip(block.loops[start:], kinds[start:]):
+        lanes = len(self._lanes(block, start))
+        for lp, k in zip(block.loops[start:len(kinds) - lanes], kinds[start:len(kinds) - lanes]):
             if k == "S":
                 raise BuildError(f"block {block.name}: spatial loop {lp.name} lies inside a cross-thread "
-                                 "reduction; move spatial loops outside the reduction loops")
+                                 "reduction; move it outside the reduction loops, or innermost (unbound, of "
+                                 f"constant extent, at most {MAX_LANES} results per thread)")
+        for lp in block.loops[start:]:
             if self.func.attached_at(block.name, lp.name):
                 raise BuildError(f"block {block.name}: blocks are attached inside its cross-thread reduction")
         return start
 
+    def _lanes(self, block: Block, start: int) -> list[Loop]:
+        """The spatial loops innermost in a cross-thread reduction: each thread keeps one partial result per
+        point of them (a GEMV thread owning neighbouring columns reads them together, then reduces each)."""
+        lanes: list[Loop] = []
+        for lp in reversed(block.loops[start:]):
+            ext = as_int(lp.extent)
+            if block.loop_kind(lp.name) != "S" or lp.thread or ext is None:
+                break
+            if math.prod(as_int(x.extent) or 1 for x in lanes) * ext > MAX_LANES:
+                break
+            lanes.insert(0, lp)
+        return lanes
+
+    def _for(self, lp: Loop) -> None:
+        v = mangle(lp.name)
+        if lp.unrolled or lp.vectorized:
+            self._emit("#pragma unroll")
+        self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
+
     def _cross_thread_reduction(self, block: Block, start: int, ctx: Any) -> None:
-        region = block.loops[start:]
+        lanes = self._lanes(block, start)
+        region = block.loops[start:len(block.loops) - len(lanes)]
         tags = sorted({lp.thread for lp in region if lp.thread in THREAD_TAGS})
         if len(tags) != 1:
             raise BuildError(f"block {block.name}: a cross-thread reduction must use one thread index, got {tags}")
@@ -56,12 +91,26 @@ class CrossThreadReduction:
         tag = tags[0]
         dtype = block.value.dtype
         acc = compute_type(dtype)
-        self._open(f"// block {block.name}: cross-thread reduction over {tag}")
-        self._emit(f"{acc} sl_red = {literal(identity(block.reducer, dtype).value, dtype)};")
+        init = literal(identity(block.reducer, dtype).value, dtype)
+        n_lanes = math.prod(as_int(lp.extent) or 1 for lp in lanes)
+        partial = "sl_red"  # this thread's partial result, one per lane point when there are lanes
+        if lanes:
+            lane = mangle(lanes[0].name)
+            for lp in lanes[1:]:
+                lane = f"({lane} * {as_int(lp.extent)} + {mangle(lp.name)})"
+            partial = f"sl_lanes[{lane}]"
+            self._open(f"// block {block.name}: cross-thread reduction over {tag}, {n_lanes} results per thread")
+            self._emit(f"{acc} sl_lanes[{n_lanes}];")
+            self._emit("#pragma unroll")
+            self._emit(f"for (int sl_l = 0; sl_l < {n_lanes}; ++sl_l) sl_lanes[sl_l] = {init};")
+        else:
+            self._open(f"// block {block.name}: cross-thread reduction over {tag}")
+            self._emit(f"{acc} sl_red = {init};")
         braces = 0
-        # A vectorized innermost reduce loop: its reads are loaded wide, once, before the loop.
-        plan = self._vector_plan(block, region[-1]) if region[-1].vectorized else None
-        for lp in region:
+        # A vectorized innermost loop: its reads are loaded wide, once, before the loop.
+        innermost = block.loops[-1]
+        plan = self._vector_plan(block, innermost) if innermost.vectorized else None
+        for lp in (*region, *lanes):
             v = mangle(lp.name)
             if plan is not None and lp is plan.loop:
                 braces += self._open_vector_loads(plan, [])
@@ -73,21 +122,29 @@ class CrossThreadReduction:
                     self._open(f"if ({v} < {self.printer(lp.extent)})")
                     braces += 1
             else:
-                if lp.unrolled or lp.vectorized:
-                    self._emit("#pragma unroll")
-                self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
+                self._for(lp)
                 braces += 1
         self._open("")
         self._enter(block)
         value = self._expr(block.value)
-        update = f"sl_red = {self._combine(block.reducer, 'sl_red', value, dtype)};"
+        update = f"{partial} = {self._combine(block.reducer, partial, value, dtype)};"
         if block.predicate is not None:
             update = f"if ({self._expr(block.predicate)}) {update}"
         self._emit(update)
         self.vector_regs = {}
         self._close(braces + 1)
-        self._allreduce(block.reducer, dtype, tag)
+        if lanes:  # one combine across threads per lane point, through the same scratch
+            self._emit("#pragma unroll")
+            self._open(f"for (int sl_l = 0; sl_l < {n_lanes}; ++sl_l)")
+            self._emit(f"{acc} sl_red = sl_lanes[sl_l];")
+            self._allreduce(block.reducer, dtype, tag)
+            self._emit("sl_lanes[sl_l] = sl_red;")
+            self._close()
+        else:
+            self._allreduce(block.reducer, dtype, tag)
         self._open("")
+        for lp in lanes:
+            self._for(lp)
         region_vars = {lp.name for lp in region} | {a.name for a in block.axes if a.kind == "R"}
         spatial = [p for p in conjuncts(block.predicate) if not free_vars(p) & region_vars]
         conds = [self._expr(p) for p in spatial]
@@ -95,12 +152,12 @@ class CrossThreadReduction:
         if buf.scope != "local":
             conds.append(f"{tag} == 0")
         conds += self._once_guards(block, ctx, skip=tag)
-        result = "sl_red"
+        result = partial
         if block.init is None:
-            result = self._combine(block.reducer, f"static_cast<{acc}>({target})", "sl_red", dtype)
+            result = self._combine(block.reducer, f"static_cast<{acc}>({target})", partial, dtype)
         line = f"{target} = static_cast<{ctype(buf.dtype)}>({result});"
         self._emit(f"if ({' && '.join(conds)}) {line}" if conds else line)
-        self._close(2)
+        self._close(2 + len(lanes))
 
     def _allreduce(self, reducer: str, dtype: str, tag: str) -> None:
         size = self.threads[tag]

@@ -6,8 +6,9 @@ Two layouts, decided by whether the reduced axis is the contiguous dimension of 
   of a row (threadIdx.x) read ``vector`` consecutive elements each, coalesced, fold them in a register and
   combine with warp shuffles.
 * **outer** (``y[n] = sum_k W[k, n]``, DLight has no CUDA schedule for it): threadIdx.x runs along the
-  contiguous ``n`` (coalesced), each thread owns ``vector`` neighbouring columns, and ``threads_k`` threads
-  (threadIdx.y) split ``k`` and combine through shared memory.  Each thread walks its rows ``unroll`` at a
+  contiguous ``n`` (coalesced), each thread owns ``vector`` neighbouring columns (the innermost loop, read
+  with one vector load per row into one partial per column), and ``threads_k`` threads (threadIdx.y) split
+  ``k`` and combine through shared memory.  Each thread walks its rows ``unroll`` at a
   time in an unrolled loop, so that many independent loads are in flight at once: a block of the outer
   layout holds few threads per output, and without them it waits one memory latency per row it reads.
 
@@ -78,14 +79,25 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
             bx, nt, nv = s.split(rows, [None, config["threads_n"], vec])
             outer = [bx, nt, nv]
         ko, ku, kt = s.split(k, [None, config["unroll"], config["threads_k"]])
-        s.reorder(*outer, *small, kt, ko, ku)
+        # The thread's columns innermost (lanes): one pass over its rows reads them together, a vector load
+        # per row, into one partial per column.  Not when the columns come from fusing several axes (a
+        # batched GEMV): the // and % of the fused index hide which outputs a thread owns from the
+        # write-back's region, so the columns stay outside, one pass each.
+        lanes = bool(outer) and len(row_loops) == 1
+        if lanes:
+            s.reorder(*outer[:2], *small, kt, ko, ku, outer[2])
+        else:
+            s.reorder(*outer, *small, kt, ko, ku)
         if outer:
             s.bind(outer[0], "blockIdx.x")
             s.bind(outer[1], "threadIdx.x")
-            s.unroll(outer[2])
+            if not lanes:
+                s.unroll(outer[2])
+            elif vec > 1:
+                s.vectorize(outer[2])
         s.bind(kt, "threadIdx.y")
         s.unroll(ku)
-        anchor = small[-1] if small else (outer[-1] if outer else None)
+        anchor = small[-1] if small else ((outer[1] if lanes else outer[2]) if outer else None)
     if anchor is None:  # a reduction to a single value: nothing to hold per thread
         return s
     wb = s.cache_write(C, "local")

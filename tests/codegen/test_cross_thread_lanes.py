@@ -1,0 +1,85 @@
+"""Cross-thread reductions with lanes: spatial loops innermost in the reduction, one partial per point.
+
+The outer-layout GEMV is the reason: a thread owning two neighbouring columns used to walk its rows once per
+column; now it walks them once, reading both columns with one 4-byte load.  Every combine path is covered
+(warp shuffles, shuffles plus shared memory, the shared-memory fold), each against numpy on the emulator
+with bounds and alignment checked.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from cg_support import kernel_bodies, random_inputs
+
+import schedlib as sl
+from schedlib.suites import parse_workload
+
+LANES = re.compile(r"cross-thread reduction over (threadIdx\.[xyz]), (\d+) results per thread")
+
+
+def lanes_of(k: sl.Kernel) -> list[tuple[str, int]]:
+    body = "\n".join(kernel_bodies(k.source).values())
+    return [(m.group(1), int(m.group(2))) for m in LANES.finditer(body)]
+
+
+def passes_over_rows(k: sl.Kernel) -> int:
+    """How many times the kernel walks the reduction: one per cross-thread reduction it emits."""
+    return "\n".join(kernel_bodies(k.source).values()).count("cross-thread reduction over")
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("spec", ["gemv:N=192,K=96,dtype=float16,trans=True",
+                                  "gemv:N=200,K=100,dtype=float32,trans=True,batch=3",
+                                  "gemv:N=256,K=64,dtype=bfloat16,trans=True,epilogue=bias_relu"])
+def test_outer_gemv_reads_its_columns_in_one_pass(spec: str, rng: np.random.Generator) -> None:
+    f = parse_workload(spec).build()
+    s = sl.rules.apply_default(f, "h100")
+    vec = sl.rules.find_rule(f, "h100").default_config(f, "h100")["vector"]
+    assert vec > 1
+    k = sl.build(s, "sm_90")
+    assert lanes_of(k) == [("threadIdx.y", vec)] and passes_over_rows(k) == 1
+    inputs = random_inputs(f, rng)
+    want = sl.run_reference(f, dict(zip(f.inputs, inputs)))[f.outputs[0]]
+    got = k.run_cpu(*inputs, bounds_check=True)
+    tol = 1e-4 if "float32" in spec else 3e-2
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.emulator
+def test_outer_gemv_loads_both_columns_at_once() -> None:
+    k = sl.build(sl.rules.apply_default(parse_workload("gemv:N=192,K=96,dtype=float16,trans=True").build(),
+                                        "h100"), "sm_90")
+    body = "\n".join(kernel_bodies(k.source).values())
+    assert re.search(r"SL_VLOAD_REGS\(unsigned int, \w+, W, ", body)  # 2 x fp16 = one 4-byte load per row
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("threads", "tag"), [(16, "threadIdx.x"), (64, "threadIdx.x"), (8, "threadIdx.y")])
+def test_every_combine_path_with_two_dimensional_lanes(threads: int, tag: str, rng: np.random.Generator) -> None:
+    """R[i] = max_r X[i, r] with i split into 2 x 3 lanes per thread (6 partials), r across ``threads``:
+    shuffles within a warp (16), shuffles and shared memory (64 = 2 warps), the shared fold (threadIdx.y)."""
+    s = sl.Schedule(sl.workloads.reduce(12, 40, "max"))
+    i, r = s.get_loops("R")
+    ib, ia, ic = s.split(i, [None, 2, 3])
+    ro, rt = s.split(r, [None, threads])
+    s.reorder(ib, rt, ro, ia, ic)
+    s.bind(ib, "blockIdx.x")
+    s.bind(rt, tag)
+    (X,) = random_inputs(s.func, rng)
+    k = sl.build(s, "sm_90")
+    assert lanes_of(k) == [(tag, 6)]
+    np.testing.assert_array_equal(k.run_cpu(X, bounds_check=True), X.max(axis=1))
+    np.testing.assert_array_equal(sl.run_reference(s, {"X": X})["R"], X.max(axis=1))
+
+
+@pytest.mark.emulator
+def test_lanes_beyond_the_register_budget_are_refused_with_the_reason() -> None:
+    s = sl.Schedule(sl.workloads.reduce(64, 32, "sum"))
+    i, r = s.get_loops("R")
+    s.reorder(r, i)  # 64 partials per thread: more than a thread keeps
+    s.bind(r, "threadIdx.x")
+    with pytest.raises(sl.BuildError, match=r"spatial loop R\.i lies inside a cross-thread reduction.*at most 16"):
+        sl.build(s, "sm_90")
