@@ -27,7 +27,7 @@ from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Const, Expr, Load, as_int
 from schedlib.ir.func import Block, Buffer, Func, Loop
-from schedlib.ir.simplify import conjuncts, free_vars, simplify, substitute, var_ranges
+from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, substitute, var_ranges
 
 STATIC_SMEM_LIMIT = 48 * 1024
 SYMBOL_PREFIX = "$"  # launch parameters that are symbolic sizes, not buffers
@@ -220,9 +220,10 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
             if region is not None and i == region:
                 self._cross_thread_reduction(block, i, ctx)
                 break
-            if lp.vectorized and i == len(block.loops) - 1 and (self._vector_copy(block, lp, ctx)
-                                                                or self._vector_statement(block, lp, ctx)):
-                break
+            if lp.vectorized and i == len(block.loops) - 1:
+                self._check_private_store(block, ctx)
+                if self._vector_copy(block, lp, ctx) or self._vector_statement(block, lp, ctx):
+                    break
             ctx, braces = self._open_loop(block, lp, ctx)
             closers.append((lp, braces))
             for b in self.func.attached_at(block.name, lp.name, "before"):
@@ -258,7 +259,28 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
         fn = ("fmaxf" if reducer == "max" else "fminf") if dtype.startswith(("float", "bfloat")) else reducer
         return f"{fn}({a}, {b})"
 
+    def _check_private_store(self, block: Block, ctx: _Ctx) -> None:
+        """Refuse a write race: inside a loop bound to a thread index, a store to shared or global memory
+        whose address does not depend on that thread, of a value that does (or that comes from the thread's
+        own registers).  It arises when a schedule places a block where its region cannot be told apart per
+        thread (e.g. a write-back attached below a loop over a fused, split index)."""
+        buf = self.func.buffer(block.store)
+        if buf.scope == "local":
+            return
+        self._enter(block)
+        address = free_vars(simplify(substitute(flatten(buf, block.store_indices), self.bindings), self.ranges))
+        value = simplify(substitute(block.value, self.bindings), self.ranges)
+        registers = sorted({ld.buffer for ld in loads(value) if self.func.buffer(ld.buffer).scope == "local"})
+        for tag, loop in ctx.bound.items():
+            if self.threads[tag] > 1 and loop not in address and (loop in free_vars(value) or registers):
+                source = f"registers {', '.join(registers)}" if registers else f"a value that depends on {loop}"
+                raise BuildError(f"block {block.name}: every thread of {tag} (loop {loop}) stores to the same "
+                                 f"elements of {buf.name}, each from its own {source}: a write race.  Attach "
+                                 f"the block where its region is one thread's (at or inside {loop}'s own "
+                                 f"split loops), or bind a loop of its own to {tag}")
+
     def _statement(self, block: Block, ctx: _Ctx) -> None:
+        self._check_private_store(block, ctx)
         self._open(f"// block {block.name}")
         self._enter(block)
         conds = [self._expr(p) for p in conjuncts(block.predicate)] + self._once_guards(block, ctx)

@@ -150,6 +150,28 @@ def test_spatial_loop_inside_a_cross_thread_reduction() -> None:
         sl.build(s, "sm_90")
 
 
+def test_a_write_back_whose_region_spans_other_threads_is_a_write_race() -> None:
+    """A batched GEMV's (batch, n) fused and split over threads, its write-back attached inside the thread loop
+    but outside the thread's own columns: the // and % of the fused index make the write-back's region every
+    column, so each thread would store all of D from its own registers (found as wrong results on the
+    emulator, never an error, before this check)."""
+    s = sl.Schedule(sl.workloads.matmul(8, 40, 24, batch=2, epilogue="bias"))
+    b, i, j, k = s.get_loops("C")
+    s.reorder(b, j, i, k)
+    bx, nt, nv = s.split(s.fuse(b, j), [None, 32, 2])
+    ko, ku, kt = s.split(k, [None, 8, 32])
+    s.reorder(bx, nt, i, kt, ko, ku, nv)
+    s.bind(bx, "blockIdx.x")
+    s.bind(nt, "threadIdx.x")
+    s.bind(kt, "threadIdx.y")
+    s.reverse_compute_at(s.cache_write("C", "local"), i)
+    s.reverse_compute_inline("D")
+    with pytest.raises(sl.BuildError, match=r"block C_local: every thread of threadIdx\.x \(loop C\.b_j_fused_1\) "
+                                            r"stores to the same elements of D, each from its own registers "
+                                            r"C_local: a write race"):
+        sl.build(s, "sm_90")
+
+
 def test_shared_buffer_of_symbolic_size() -> None:
     """A shared row of softmax over a symbolic number of columns has no compile-time size."""
     s = sl.Schedule(sl.workloads.softmax(4, sl.var("N")))
