@@ -77,9 +77,12 @@ class GeneralReductionRule(Rule):
         ))
 
     def default_config(self, func: Func, target: Any) -> Config:
+        """About 8 columns per thread; each step a 16-byte run per thread where the row holds enough of them
+        (4 fp32 or 8 fp16 columns), else 4 columns, else 1."""
         facts = self._facts(func)
-        threads = max(32, min(1024, ceil_pow2(-(-facts.cols // 8))))
-        return {"threads": min(threads, target.max_threads_per_block), "unroll": 4 if facts.cols >= 4 * threads else 1}
+        threads = min(max(32, min(1024, ceil_pow2(-(-facts.cols // 8)))), target.max_threads_per_block)
+        unroll = next((u for u in (16 // facts.in_bytes, 4) if u <= 8 and facts.cols >= u * threads), 1)
+        return {"threads": threads, "unroll": unroll}
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
         facts = self._facts(func)

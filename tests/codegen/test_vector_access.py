@@ -147,3 +147,16 @@ def test_nvcc_emits_vector_global_loads_for_the_suite_gemv(tmp_path: Path) -> No
     global_loads = re.findall(r"ld\.global(?:\.nc)?\.(\S+)", ptx)
     assert global_loads and all(op.startswith("v4.") for op in global_loads), global_loads
     assert ".local" not in ptx  # the register arrays stay in registers
+
+
+@pytest.mark.emulator
+def test_fp16_norm_defaults_to_16_byte_runs(rng: np.random.Generator) -> None:
+    """8 fp16 columns per thread and step (not 4: an 8-byte access) wherever the row holds enough of them."""
+    s = rule_schedule("rmsnorm:rows=3,cols=1024,dtype=float16")
+    inputs = random_inputs(s.func, rng)
+    k, got, want = run_both(s, inputs)
+    loads, stores = widened(k.source)
+    assert {vt for vt, _ in loads + stores} == {"uint4"} and stores == [("uint4", "Y")]
+    np.testing.assert_array_equal(got, want)
+    ref = sl.run_reference(s.original, dict(zip(s.func.inputs, inputs)))["Y"]
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(ref, np.float64), rtol=2e-2, atol=2e-2)
