@@ -102,7 +102,9 @@ class VectorAccess:
             if access is not None:
                 reads[ld] = access
         store = None
-        if block.reducer is None:
+        # Gathering the results in registers delays their stores past the loop: not for a block that reads
+        # what it writes (a later lane would read memory its predecessor has not stored yet).
+        if block.reducer is None and all(ld.buffer != block.store for ld in loads(value)):
             store = self._widen(block.store, block.store_indices, lp, width)
         if not reads and store is None:
             return None
