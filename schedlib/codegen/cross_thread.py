@@ -5,9 +5,9 @@ shuffles when the group is a power of two within a warp, shuffles plus shared me
 spans whole warps, and a shared-memory fold otherwise.  Mixed into :class:`KernelWriter`, whose emission
 helpers (``_emit``, ``_open``, ``_sync`` ...) it uses.
 
-Spatial loops innermost in the reduction ("lanes") give each thread several results: it keeps one partial
-per lane point, reads all of them in one pass over its share (one vector load when the lanes are contiguous
-and vectorized), and combines each across threads afterwards::
+Spatial loops inside the reduction ("lanes") give each thread several results: it keeps one partial per
+lane point, reads all of them in one pass over its share (one vector load when the lanes are contiguous and
+vectorized), and combines each across threads afterwards::
 
     float sl_lanes[2] = {0, 0};
     for k in this thread's rows:  sl_lanes[n_2] += X[k] * W[k, n + n_2]   (n_2 = 0, 1: one 4-byte load)
@@ -50,39 +50,37 @@ class CrossThreadReduction:
         if not any(k == "R" and lp.thread in THREAD_TAGS for k, lp in zip(kinds, block.loops)):
             return None
         start = kinds.index("R")
-        lanes = len(self._lanes(block, start))
-        for lp, k in zip(block.loops[start:len(kinds) - lanes], kinds[start:len(kinds) - lanes]):
-            if k == "S":
-                raise BuildError(f"block {block.name}: spatial loop {lp.name} lies inside a cross-thread "
-                                 "reduction; move it outside the reduction loops, or innermost (unbound, of "
-                                 f"constant extent, at most {MAX_LANES} results per thread)")
+        self._lanes(block, start)
         for lp in block.loops[start:]:
             if self.func.attached_at(block.name, lp.name):
                 raise BuildError(f"block {block.name}: blocks are attached inside its cross-thread reduction")
         return start
 
     def _lanes(self, block: Block, start: int) -> list[Loop]:
-        """The spatial loops innermost in a cross-thread reduction: each thread keeps one partial result per
-        point of them (a GEMV thread owning neighbouring columns reads them together, then reduces each)."""
-        lanes: list[Loop] = []
-        for lp in reversed(block.loops[start:]):
+        """The spatial loops inside a cross-thread reduction: each thread keeps one partial result per point
+        of them (a GEMV thread owning neighbouring columns, or a small batch of vectors, reads the shared
+        operand once for all of them, then reduces each)."""
+        lanes = [lp for lp in block.loops[start:] if block.loop_kind(lp.name) == "S"]
+        points = 1
+        for lp in lanes:
             ext = as_int(lp.extent)
-            if block.loop_kind(lp.name) != "S" or lp.thread or ext is None:
-                break
-            if math.prod(as_int(x.extent) or 1 for x in lanes) * ext > MAX_LANES:
-                break
-            lanes.insert(0, lp)
+            points *= ext or 0
+            if lp.thread or ext is None or points > MAX_LANES:
+                raise BuildError(f"block {block.name}: spatial loop {lp.name} lies inside a cross-thread "
+                                 "reduction; move it outside the reduction loops, or keep it unbound and of "
+                                 f"constant extent, at most {MAX_LANES} results per thread in all")
         return lanes
 
-    def _for(self, lp: Loop) -> None:
+    def _for(self, lp: Loop, lane: bool = False) -> None:
+        """A loop of the reduction; lane loops are always unrolled, so that ``sl_lanes`` stays in registers."""
         v = mangle(lp.name)
-        if lp.unrolled or lp.vectorized:
+        if lp.unrolled or lp.vectorized or lane:
             self._emit("#pragma unroll")
         self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
 
     def _cross_thread_reduction(self, block: Block, start: int, ctx: Any) -> None:
         lanes = self._lanes(block, start)
-        region = block.loops[start:len(block.loops) - len(lanes)]
+        region = [lp for lp in block.loops[start:] if lp not in lanes]
         tags = sorted({lp.thread for lp in region if lp.thread in THREAD_TAGS})
         if len(tags) != 1:
             raise BuildError(f"block {block.name}: a cross-thread reduction must use one thread index, got {tags}")
@@ -110,7 +108,7 @@ class CrossThreadReduction:
         # A vectorized innermost loop: its reads are loaded wide, once, before the loop.
         innermost = block.loops[-1]
         plan = self._vector_plan(block, innermost) if innermost.vectorized else None
-        for lp in (*region, *lanes):
+        for lp in block.loops[start:]:
             v = mangle(lp.name)
             if plan is not None and lp is plan.loop:
                 braces += self._open_vector_loads(plan, [])
@@ -122,7 +120,7 @@ class CrossThreadReduction:
                     self._open(f"if ({v} < {self.printer(lp.extent)})")
                     braces += 1
             else:
-                self._for(lp)
+                self._for(lp, lp in lanes)
                 braces += 1
         self._open("")
         self._enter(block)
@@ -144,7 +142,7 @@ class CrossThreadReduction:
             self._allreduce(block.reducer, dtype, tag)
         self._open("")
         for lp in lanes:
-            self._for(lp)
+            self._for(lp, lane=True)
         region_vars = {lp.name for lp in region} | {a.name for a in block.axes if a.kind == "R"}
         spatial = [p for p in conjuncts(block.predicate) if not free_vars(p) & region_vars]
         conds = [self._expr(p) for p in spatial]

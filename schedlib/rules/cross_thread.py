@@ -3,8 +3,9 @@
 Two layouts, decided by whether the reduced axis is the contiguous dimension of the big operand:
 
 * **inner** (``y[r] = sum_k W[r, k]``): each block owns ``rows_per_block`` rows (threadIdx.y); the threads
-  of a row (threadIdx.x) read ``vector`` consecutive elements each, coalesced, fold them in a register and
-  combine with warp shuffles.
+  of a row (threadIdx.x) read ``vector`` consecutive elements each, coalesced (one vector load), fold them in
+  a register and combine with warp shuffles.  A small batch (GEMV's m) sits inside the reduction as lanes:
+  one partial per activation row, so each weight vector is loaded once for all of them.
 * **outer** (``y[n] = sum_k W[k, n]``, DLight has no CUDA schedule for it): threadIdx.x runs along the
   contiguous ``n`` (coalesced), each thread owns ``vector`` neighbouring columns (the innermost loop, read
   with one vector load per row into one partial per column), and ``threads_k`` threads (threadIdx.y) split
@@ -66,13 +67,16 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
             bx, ty = s.split(rows, [None, config["rows_per_block"]])
             outer = [bx, ty]
         ko, kt, kv = s.split(k, [None, config["threads_k"], vec])
-        s.reorder(*outer, *small, kt, ko, kv)
+        # A small batch (GEMV's m <= 8) inside the reduction, as lanes: each weight vector a thread loads
+        # serves every activation row, instead of one pass over the weight row per activation row.
+        lanes = bool(outer) and bool(small)
+        s.reorder(*outer, kt, ko, *small, kv) if lanes else s.reorder(*outer, *small, kt, ko, kv)
         if outer:
             s.bind(outer[0], "blockIdx.x")
             s.bind(outer[1], "threadIdx.y")
         s.bind(kt, "threadIdx.x")
         s.vectorize(kv)  # one 16-byte load per operand where alignment is provable
-        anchor = small[-1] if small else (outer[-1] if outer else None)
+        anchor = outer[-1] if lanes else (small[-1] if small else (outer[-1] if outer else None))
     else:
         outer = []
         if rows is not None:

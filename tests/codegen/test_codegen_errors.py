@@ -139,14 +139,16 @@ def test_cross_thread_reduction_over_two_thread_indices() -> None:
 
 
 def test_spatial_loop_inside_a_cross_thread_reduction() -> None:
-    """Between two reduce loops a spatial loop has no place (innermost, it would be lanes: see
-    test_cross_thread_lanes.py)."""
-    s = sl.Schedule(sl.workloads.reduce(8, 64, "sum"))
+    """A spatial loop inside a cross-thread reduction must be a lane (unbound, constant extent, few points:
+    see test_cross_thread_lanes.py); one of symbolic extent is not."""
+    s = sl.Schedule(sl.workloads.reduce(sl.var("M"), 64, "sum"))
     i, r = s.get_loops("R")
     ro, rt = s.split(r, [None, 32])
     s.reorder(rt, i, ro)
     s.bind(rt, "threadIdx.x")
-    with pytest.raises(sl.BuildError, match=r"block R: spatial loop R\.i lies inside a cross-thread reduction"):
+    with pytest.raises(sl.BuildError, match=r"block R: spatial loop R\.i lies inside a cross-thread reduction; "
+                                            r"move it outside the reduction loops, or keep it unbound and of "
+                                            r"constant extent"):
         sl.build(s, "sm_90")
 
 

@@ -83,3 +83,34 @@ def test_lanes_beyond_the_register_budget_are_refused_with_the_reason() -> None:
     s.bind(r, "threadIdx.x")
     with pytest.raises(sl.BuildError, match=r"spatial loop R\.i lies inside a cross-thread reduction.*at most 16"):
         sl.build(s, "sm_90")
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("spec", "lanes"), [("gemv:N=96,K=256,dtype=float16,batch=4", 4),
+                                             ("matmul:M=5,N=33,K=64,batch=3,trans_b=True", 5)])
+def test_a_small_batch_shares_each_weight_load(spec: str, lanes: int, rng: np.random.Generator) -> None:
+    """Inner layout with m activation rows: one pass over the weight row, m partials per thread (the batched
+    matmul's rows are fused (batch, n): each thread still owns one of them)."""
+    f = parse_workload(spec).build()
+    k = sl.build(sl.rules.apply_default(f, "h100"), "sm_90")
+    assert lanes_of(k) == [("threadIdx.x", lanes)] and passes_over_rows(k) == 1
+    inputs = random_inputs(f, rng)
+    want = sl.run_reference(f, dict(zip(f.inputs, inputs)))[f.outputs[0]]
+    tol = 3e-2 if "float16" in spec else 1e-4
+    np.testing.assert_allclose(np.asarray(k.run_cpu(*inputs, bounds_check=True), np.float64),
+                               np.asarray(want, np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.emulator
+def test_lanes_between_reduce_loops(rng: np.random.Generator) -> None:
+    """A lane loop need not be innermost: 8 rows between the thread loop and the serial part of the row."""
+    s = sl.Schedule(sl.workloads.reduce(8, 100, "sum"))
+    i, r = s.get_loops("R")
+    ro, rt = s.split(r, [None, 32])
+    s.reorder(rt, i, ro)
+    s.bind(rt, "threadIdx.x")
+    (X,) = random_inputs(s.func, rng)
+    k = sl.build(s, "sm_90")
+    assert lanes_of(k) == [("threadIdx.x", 8)]
+    np.testing.assert_allclose(k.run_cpu(X, bounds_check=True), X.astype(np.float64).sum(axis=1), rtol=1e-5,
+                               atol=1e-4)
