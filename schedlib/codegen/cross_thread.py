@@ -24,12 +24,11 @@ from typing import Any
 from schedlib.codegen.cuda_expr import compute_type, ctype, literal, mangle
 from schedlib.errors import BuildError
 from schedlib.ir.expr import as_int
-from schedlib.ir.func import Block, Loop
+from schedlib.ir.func import MAX_LANES, Block, Loop
 from schedlib.ir.simplify import conjuncts, free_vars
 from schedlib.ir.tensor import identity
 
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
-MAX_LANES = 16  # partial results one thread keeps in registers across a cross-thread reduction
 
 
 class CrossThreadReduction:

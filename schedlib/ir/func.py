@@ -20,6 +20,8 @@ from schedlib.ir.simplify import free_vars, loads, map_children, substitute
 
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 SCOPES = ("global", "shared", "local")
+# Partial results one thread keeps in registers across a cross-thread reduction (its spatial "lanes").
+MAX_LANES = 16
 
 
 @dataclass(frozen=True)

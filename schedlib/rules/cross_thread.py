@@ -19,11 +19,13 @@ store, and small spatial axes (a GEMV's batch) loop inside each thread.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from schedlib.ir.func import Func
+from schedlib.ir.func import MAX_LANES, Func
 from schedlib.ir.schedule import Schedule
+from schedlib.rules.analysis import const_or
 from schedlib.rules.base import Config, Knob, Space, Tiling, pow2_range
 
 # Outer layout default: one warp along n, two columns per thread (a 16-bit row segment is one 128-byte line),
@@ -88,7 +90,12 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
         # batched GEMV): the // and % of the fused index hide which outputs a thread owns from the
         # write-back's region, so the columns stay outside, one pass each.
         lanes = bool(outer) and len(row_loops) == 1
-        if lanes:
+        # A small batch joins the lanes too while the thread's partials fit (batch x columns <= MAX_LANES).
+        batch_lanes = lanes and bool(small) and vec * math.prod(
+            const_or(func.block(C).axis(a).extent, MAX_LANES + 1) for a in facts.small) <= MAX_LANES
+        if batch_lanes:
+            s.reorder(*outer[:2], kt, ko, ku, *small, outer[2])
+        elif lanes:
             s.reorder(*outer[:2], *small, kt, ko, ku, outer[2])
         else:
             s.reorder(*outer, *small, kt, ko, ku)
@@ -101,7 +108,10 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
                 s.vectorize(outer[2])
         s.bind(kt, "threadIdx.y")
         s.unroll(ku)
-        anchor = small[-1] if small else ((outer[1] if lanes else outer[2]) if outer else None)
+        if batch_lanes or (lanes and not small):
+            anchor = outer[1]
+        else:
+            anchor = small[-1] if small else (outer[2] if outer else None)
     if anchor is None:  # a reduction to a single value: nothing to hold per thread
         return s
     wb = s.cache_write(C, "local")

@@ -31,21 +31,36 @@ def passes_over_rows(k: sl.Kernel) -> int:
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("spec", ["gemv:N=192,K=96,dtype=float16,trans=True",
-                                  "gemv:N=200,K=100,dtype=float32,trans=True,batch=3",
-                                  "gemv:N=256,K=64,dtype=bfloat16,trans=True,epilogue=bias_relu"])
-def test_outer_gemv_reads_its_columns_in_one_pass(spec: str, rng: np.random.Generator) -> None:
+@pytest.mark.parametrize(("spec", "batch"), [("gemv:N=192,K=96,dtype=float16,trans=True", 1),
+                                             ("gemv:N=200,K=100,dtype=float32,trans=True,batch=3", 3),
+                                             ("gemv:N=256,K=64,dtype=bfloat16,trans=True,epilogue=bias_relu", 1),
+                                             ("gemv:N=64,K=40,dtype=float16,trans=True,batch=8", 8)])
+def test_outer_gemv_reads_its_columns_in_one_pass(spec: str, batch: int, rng: np.random.Generator) -> None:
+    """vector columns x batch rows of partials per thread (16 at most), all from one pass over the weight."""
     f = parse_workload(spec).build()
     s = sl.rules.apply_default(f, "h100")
     vec = sl.rules.find_rule(f, "h100").default_config(f, "h100")["vector"]
     assert vec > 1
     k = sl.build(s, "sm_90")
-    assert lanes_of(k) == [("threadIdx.y", vec)] and passes_over_rows(k) == 1
+    assert lanes_of(k) == [("threadIdx.y", vec * batch)] and passes_over_rows(k) == 1
     inputs = random_inputs(f, rng)
     want = sl.run_reference(f, dict(zip(f.inputs, inputs)))[f.outputs[0]]
     got = k.run_cpu(*inputs, bounds_check=True)
     tol = 1e-4 if "float32" in spec else 3e-2
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.emulator
+def test_outer_gemv_keeps_a_batch_outside_when_its_partials_would_not_fit(rng: np.random.Generator) -> None:
+    """4 columns x 8 rows would be 32 partials: the batch stays outside, one pass per activation row."""
+    f = parse_workload("gemv:N=256,K=32,dtype=float16,trans=True,batch=8").build()
+    config = {"threads_n": 32, "vector": 4, "threads_k": 4, "unroll": 2}
+    k = sl.build(sl.rules.find_rule(f, "h100").apply(f, "h100", config), "sm_90")
+    assert lanes_of(k) == [("threadIdx.y", 4)] and passes_over_rows(k) == 1  # one reduction, run per row b
+    inputs = random_inputs(f, rng)
+    want = sl.run_reference(f, dict(zip(f.inputs, inputs)))[f.outputs[0]]
+    np.testing.assert_allclose(np.asarray(k.run_cpu(*inputs, bounds_check=True), np.float64),
+                               np.asarray(want, np.float64), rtol=3e-2, atol=3e-2)
 
 
 @pytest.mark.emulator
