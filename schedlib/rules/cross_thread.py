@@ -72,7 +72,10 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
         # A small batch (GEMV's m <= 8) inside the reduction, as lanes: each weight vector a thread loads
         # serves every activation row, instead of one pass over the weight row per activation row.
         lanes = bool(outer) and bool(small)
-        s.reorder(*outer, kt, ko, *small, kv) if lanes else s.reorder(*outer, *small, kt, ko, kv)
+        if lanes:
+            s.reorder(*outer, kt, ko, *small, kv)
+        else:
+            s.reorder(*outer, *small, kt, ko, kv)
         if outer:
             s.bind(outer[0], "blockIdx.x")
             s.bind(outer[1], "threadIdx.y")
