@@ -1,0 +1,42 @@
+"""benchmarks/static_census.py: the suite's memory-bound kernels, as nvcc sees them, move their bytes with
+16-byte loads and keep nothing in local memory (a regression here costs bandwidth no CPU test would see)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from schedlib.runtime.nvcc import find_nvcc
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "static_census.py"
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="the census compiles with nvcc, which was not found")
+
+
+def census(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600,
+                          check=False)
+
+
+@needs_nvcc
+def test_memory_bound_kernels_load_16_bytes_at_a_time(tmp_path: Path) -> None:
+    names = ["gemv_fp16_inner", "rmsnorm_4096", "softmax_32000"]
+    proc = census("--only", *names, "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "census.csv").set_index("workload")
+    assert sorted(df.index) == sorted(names)
+    for name in names:
+        loads = df.loc[name, "global_loads"]
+        assert all(" v4." in f" {part.split(' ', 1)[1]}" for part in loads.split(", ")), (name, loads)
+    assert (df["local"] == 0).all() and (df["spill_bytes"] == 0).all()
+    assert df.loc["softmax_32000", "global_stores"].endswith("v4.f32")
+    assert "| gemv_fp16_inner | sm_90 |" in (tmp_path / "census.md").read_text()
+
+
+def test_an_unknown_workload_is_refused_with_the_known_ones() -> None:
+    proc = census("--only", "gemv_fp16_innr")
+    assert proc.returncode == 2
+    assert "unknown workloads gemv_fp16_innr; the suite has" in proc.stderr and "gemv_fp16_inner" in proc.stderr
