@@ -358,7 +358,8 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
             n = as_int(size_elements(b))
             if n is None:
                 raise BuildError(f"local buffer {b.name} has symbolic size; compact it with compute_at")
-            decls.append(f"{ctype(b.dtype)} {mangle(b.name)}[{n}];")
+            # 16-byte aligned: a vector copy may read a register array as 8 or 16 bytes at a time
+            decls.append(f"__align__(16) {ctype(b.dtype)} {mangle(b.name)}[{n}];")
         params = []
         for p in self.params:
             if p.startswith(SYMBOL_PREFIX):

@@ -160,3 +160,24 @@ def test_fp16_norm_defaults_to_16_byte_runs(rng: np.random.Generator) -> None:
     np.testing.assert_array_equal(got, want)
     ref = sl.run_reference(s.original, dict(zip(s.func.inputs, inputs)))["Y"]
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(ref, np.float64), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.emulator
+def test_a_register_tile_written_back_as_vectors_is_16_byte_aligned(rng: np.random.Generator) -> None:
+    """A 4 x 4 register tile per thread stored with one 16-byte copy per row: the register array is read 16
+    bytes at a time, so it is declared 16-byte aligned (alignment by luck would pass the emulator, not the GPU)."""
+    s = sl.Schedule(sl.workloads.matmul(16, 16, 8))
+    i, j, k = s.get_loops("C")
+    io, ii = s.split(i, [None, 4])
+    jo, ji = s.split(j, [None, 4])
+    s.reorder(io, jo, k, ii, ji)
+    s.bind(io, "threadIdx.y")
+    s.bind(jo, "threadIdx.x")
+    wb = s.cache_write("C", "local")
+    s.reverse_compute_at(wb, jo)
+    s.vectorize(s.get_loops(wb)[-1])
+    A, B = random_inputs(s.func, rng)
+    k = sl.build(s, "sm_90")
+    body = "\n".join(kernel_bodies(k.source).values())
+    assert "__align__(16) float C_local[16];" in body and "// block C_local: 4-wide vector copy" in body
+    np.testing.assert_allclose(k.run_cpu(A, B, bounds_check=True), A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)
