@@ -14,7 +14,8 @@ Two layouts, decided by whether the reduced axis is the contiguous dimension of 
   layout holds few threads per output, and without them it waits one memory latency per row it reads.
 
 The result lands in a register (cache_write local), the element-wise epilogue is folded into the single
-store, and small spatial axes (a GEMV's batch) loop inside each thread.
+store, and small spatial axes (a GEMV's batch) loop inside each thread: as lanes of the reduction (one
+pass over the weight for all of them) where the thread's partials fit, else one reduction each.
 """
 
 from __future__ import annotations
