@@ -126,8 +126,10 @@ def test_a_serial_vectorized_reduction_folds_registers_in_order(rng: np.random.G
 
 
 @pytest.mark.emulator
-def test_elementwise_chain_loads_and_stores_wide(rng: np.random.Generator) -> None:
-    s = sl.rules.apply_default(sl.workloads.elementwise((64, 256), ("scale", "relu")), "h100")
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_elementwise_chain_loads_and_stores_wide(dtype: str, rng: np.random.Generator) -> None:
+    """16-byte accesses by default: 4 fp32 or 8 fp16 elements per thread."""
+    s = sl.rules.apply_default(sl.workloads.elementwise((64, 256), ("scale", "relu"), dtype), "h100")
     k, got, want = run_both(s, random_inputs(s.func, rng))
     loads, stores = widened(k.source)
     assert loads and stores and all(vt == "uint4" for vt, _ in loads + stores)
