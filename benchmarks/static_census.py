@@ -1,8 +1,9 @@
 """What the GPU suite's kernels look like to the compiler, without a GPU: memory instructions, registers, spills.
 
-    python3 benchmarks/static_census.py [--arch sm_90] [--out DIR] [--only gemv_fp16_inner softmax_4096]
+    python3 benchmarks/static_census.py [--target h100] [--out DIR] [--only gemv_fp16_inner softmax_4096]
 
-For every workload of ``gpu_suite.SUITE`` the rule default is built and compiled with nvcc: the PTX is read
+For every workload of ``gpu_suite.SUITE`` the rule default for the target's hardware profile is built and
+compiled with nvcc for the profile's architecture (sm_90a for wgmma kernels): the PTX is read
 for its global and shared memory instructions (static counts in the kernel bodies, by access width), and
 ptxas for registers and spill bytes per kernel.  A memory-bound kernel should show 16-byte (``v4``) global
 accesses and no ``.local`` traffic; a scalar ``u16``/``f32`` column there is a kernel that moves its bytes
@@ -15,9 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -29,7 +28,7 @@ from gpu_suite import SUITE
 
 import schedlib as sl
 from schedlib.report import markdown_table
-from schedlib.runtime.nvcc import find_nvcc
+from schedlib.runtime.nvcc import find_nvcc, ptx
 from schedlib.suites import WorkloadSpec
 
 MEMORY_OP = re.compile(r"\b(ld|st)\.(global|shared|local)((?:\.nc)?(?:\.v[248])?\.[a-z]+\d+)")
@@ -43,34 +42,31 @@ def memory_instructions(ptx: str) -> dict[str, int]:
     return dict(counts)
 
 
-def census(spec: WorkloadSpec, arch: str, nvcc: str, work: Path) -> dict[str, object]:
-    func = spec.build()
-    kernel = sl.build(sl.rules.apply_default(func, "h100"), "h100")
-    arch = kernel.module.arch or arch
-    src = work / f"{spec.name}.cu"
-    src.write_text(kernel.source)
-    subprocess.run([nvcc, f"-arch={arch}", "-ptx", "-o", str(src.with_suffix(".ptx")), str(src)], check=True,
-                   capture_output=True, timeout=600)
-    ops = memory_instructions(src.with_suffix(".ptx").read_text())
-    resources = kernel.compile_check(arch).kernels
+def census(spec: WorkloadSpec, target: str) -> dict[str, object]:
+    kernel = sl.build(sl.rules.apply_default(spec.build(), target), target)
+    resources = kernel.compile_check()
+    ops = memory_instructions(ptx(kernel.source, resources.arch))
+    kernels = resources.kernels.values()
     return {
         "workload": spec.name,
-        "arch": arch,
-        "kernels": len(resources),
-        "registers": max(r.registers for r in resources.values()),
-        "spill_bytes": sum(r.spill_load_bytes + r.spill_store_bytes for r in resources.values()),
-        "global_loads": ", ".join(f"{n} {k.split('.', 2)[2]}" for k, n in sorted(ops.items())
-                                  if k.startswith("ld.global")) or "-",
-        "global_stores": ", ".join(f"{n} {k.split('.', 2)[2]}" for k, n in sorted(ops.items())
-                                   if k.startswith("st.global")) or "-",
+        "arch": resources.arch,
+        "kernels": len(kernels),
+        "registers": max(r.registers for r in kernels),
+        "spill_bytes": sum(r.spill_load_bytes + r.spill_store_bytes for r in kernels),
+        "global_loads": _forms(ops, "ld.global"),
+        "global_stores": _forms(ops, "st.global"),
         "local": sum(n for k, n in ops.items() if ".local" in k),
     }
 
 
+def _forms(ops: dict[str, int], prefix: str) -> str:
+    """``"4 v4.u32, 1 u16"``: how many of each access form start with ``prefix``."""
+    return ", ".join(f"{n} {k[len(prefix) + 1:]}" for k, n in sorted(ops.items()) if k.startswith(prefix)) or "-"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arch", default="sm_90", help="GPU architecture for nvcc (default sm_90; wgmma kernels "
-                                                    "always build for sm_90a)")
+    ap.add_argument("--target", default="h100", help="hardware profile the rules schedule for (default h100)")
     ap.add_argument("--out", help="also write census.md and census.csv to this folder")
     ap.add_argument("--only", nargs="+", metavar="WORKLOAD", help="these workloads of the suite (default: all)")
     args = ap.parse_args(argv)
@@ -79,15 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(wanted) - names)
     if unknown:
         ap.error(f"unknown workloads {', '.join(unknown)}; the suite has {', '.join(sorted(names))}")
-    nvcc = find_nvcc()
-    if nvcc is None:
+    if find_nvcc() is None:
         ap.error("needs nvcc (on PATH, or $CUDA_HOME/bin)")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for spec in SUITE:
-            if spec.name in wanted:
-                print(f"compiling {spec.name} ...", file=sys.stderr, flush=True)
-                rows.append(census(spec, args.arch, nvcc, Path(tmp)))
+    for spec in SUITE:
+        if spec.name in wanted:
+            print(f"compiling {spec.name} ...", file=sys.stderr, flush=True)
+            rows.append(census(spec, args.target))
     table = pd.DataFrame(rows)
     text = markdown_table(table)
     print(text)

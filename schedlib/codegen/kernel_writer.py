@@ -22,9 +22,7 @@ from schedlib.codegen.cross_thread import CrossThreadReduction
 from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, mangle
 from schedlib.codegen.layout import const_bytes, flatten, size_elements
 from schedlib.codegen.vector_access import VectorAccess
-from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
 from schedlib.errors import BuildError
-from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Const, Expr, Load, as_int
 from schedlib.ir.func import Block, Buffer, Func, Loop
 from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, substitute, var_ranges
@@ -137,11 +135,13 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
     def _var(self, name: str) -> str:
         return self.symbol_names.get(name) or mangle(name)
 
-    def _index(self, buf: Buffer, indices: tuple[Expr, ...]) -> str:
+    def _flat(self, buf: Buffer, indices: tuple[Expr, ...]) -> Expr:
         """Flat index with the block's bindings substituted and simplified under the loop ranges, so
         register arrays end up indexed by constants once loops are unrolled."""
-        flat = substitute(flatten(buf, indices), self.bindings)
-        return self.printer(simplify(flat, self.ranges))
+        return simplify(substitute(flatten(buf, indices), self.bindings), self.ranges)
+
+    def _index(self, buf: Buffer, indices: tuple[Expr, ...]) -> str:
+        return self.printer(self._flat(buf, indices))
 
     def _load(self, ld: Load) -> str:
         if ld in self.vector_regs:
@@ -268,7 +268,7 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
         if buf.scope == "local":
             return
         self._enter(block)
-        address = free_vars(simplify(substitute(flatten(buf, block.store_indices), self.bindings), self.ranges))
+        address = free_vars(self._flat(buf, block.store_indices))
         value = simplify(substitute(block.value, self.bindings), self.ranges)
         registers = sorted({ld.buffer for ld in loads(value) if self.func.buffer(ld.buffer).scope == "local"})
         for tag, loop in ctx.bound.items():
@@ -305,34 +305,6 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
         current = f"static_cast<{compute_type(buf.dtype)}>({target})"
         combined = self._combine(block.reducer, current, value, buf.dtype)
         self._emit(f"{target} = static_cast<{ctype(buf.dtype)}>({combined});")
-
-    def _vector_copy(self, block: Block, lp: Loop, ctx: _Ctx) -> bool:
-        """Emit a vectorized copy as one aligned 4/8/16-byte access; False when that is not provable."""
-        width = as_int(lp.extent)
-        buf = self.func.buffer(block.store)
-        if block.reducer is not None or not isinstance(block.value, Load) or width is None:
-            return False
-        src = self.func.buffer(block.value.buffer)
-        vtype = VECTOR_TYPES.get(width * BYTES[buf.dtype])
-        if src.dtype != buf.dtype or vtype is None:
-            return False
-        self._enter(block)
-
-        def flat(b: Buffer, idx: tuple[Expr, ...]) -> Expr:
-            return simplify(substitute(flatten(b, idx), self.bindings), self.ranges)
-
-        dst_base = aligned_base(flat(buf, block.store_indices), lp.name, width)
-        src_base = aligned_base(flat(src, block.value.indices), lp.name, width)
-        guards = [uniform_guard(simplify(substitute(p, self.bindings), self.ranges), lp.name, width)
-                  for p in conjuncts(block.predicate)]
-        if dst_base is None or src_base is None or any(g is None for g in guards):
-            return False
-        conds = [self.printer(g) for g in guards] + self._once_guards(block, ctx)  # type: ignore[arg-type]
-        copy = (f"SL_VSTORE({vtype}, {mangle(buf.name)}, {self.printer(dst_base)}, "
-                f"SL_VLOAD({vtype}, {mangle(src.name)}, {self.printer(src_base)}));")
-        self._emit(f"// block {block.name}: {width}-wide vector copy")
-        self._emit(f"if ({' && '.join(conds)}) {copy}" if conds else copy)
-        return True
 
     # assembly ---------------------------------------------------------------------------------
     def write(self) -> tuple[str, KernelSpec]:

@@ -1,7 +1,7 @@
-"""Vector loads and stores for a vectorized loop whose block computes something (not a plain copy).
+"""Vector loads and stores for the innermost loop of a block marked ``vectorize``.
 
-A plain copy under a vectorized loop becomes one ``SL_VLOAD``/``SL_VSTORE`` (``KernelWriter._vector_copy``).
-Any other block gets the same wide accesses through registers: every read whose flat index is provably
+A plain copy becomes one ``SL_VLOAD``/``SL_VSTORE`` per thread (``_vector_copy``).  Any other block gets
+the same wide accesses through registers (``_vector_statement``): every read whose flat index is provably
 ``base + v`` with ``base`` a multiple of the width is loaded once, before the loop, into a 16-byte aligned
 register array; the loop runs unrolled on the registers; and a spatial block's result, gathered in another
 register array, is stored with one vector store after it.  A vectorized reduce loop keeps its order: only its
@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedlib.codegen.cuda_expr import ctype, mangle
-from schedlib.codegen.layout import flatten
 from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Expr, Load, as_int
@@ -68,15 +67,42 @@ class VectorAccess:
     vector_regs: dict[Load, str]
     n_vec: int
 
-    def _flat(self, buffer: str, indices: tuple[Expr, ...]) -> Expr:
-        return simplify(substitute(flatten(self.func.buffer(buffer), indices), self.bindings), self.ranges)
+    def _uniform_guards(self, block: Block, lp: Loop, width: int) -> list[Expr] | None:
+        """The block's predicate as guards that hold or fail for all ``width`` points of ``lp`` at once (so
+        they can guard one vector access); None when some part of it can split a vector."""
+        self._enter(block)
+        guards = [uniform_guard(simplify(substitute(p, self.bindings), self.ranges), lp.name, width)
+                  for p in conjuncts(block.predicate)]
+        return None if any(g is None for g in guards) else guards  # type: ignore[return-value]
+
+    def _vector_copy(self, block: Block, lp: Loop, ctx: Any) -> bool:
+        """Emit a vectorized copy as one aligned 4/8/16-byte access; False when that is not provable."""
+        width = as_int(lp.extent)
+        buf = self.func.buffer(block.store)
+        if block.reducer is not None or not isinstance(block.value, Load) or width is None:
+            return False
+        src = self.func.buffer(block.value.buffer)
+        vtype = VECTOR_TYPES.get(width * BYTES[buf.dtype])
+        if src.dtype != buf.dtype or vtype is None:
+            return False
+        guards = self._uniform_guards(block, lp, width)
+        dst_base = aligned_base(self._flat(buf, block.store_indices), lp.name, width)
+        src_base = aligned_base(self._flat(src, block.value.indices), lp.name, width)
+        if dst_base is None or src_base is None or guards is None:
+            return False
+        conds = [self.printer(g) for g in guards] + self._once_guards(block, ctx)
+        copy = (f"SL_VSTORE({vtype}, {mangle(buf.name)}, {self.printer(dst_base)}, "
+                f"SL_VLOAD({vtype}, {mangle(src.name)}, {self.printer(src_base)}));")
+        self._emit(f"// block {block.name}: {width}-wide vector copy")
+        self._emit(f"if ({' && '.join(conds)}) {copy}" if conds else copy)
+        return True
 
     def _widen(self, buffer: str, indices: tuple[Expr, ...], lp: Loop, width: int) -> _Access | None:
         buf = self.func.buffer(buffer)
         vtype = VECTOR_TYPES.get(width * BYTES[buf.dtype])
         if vtype is None or buf.scope == "local":
             return None
-        base = aligned_base(self._flat(buffer, indices), lp.name, width)
+        base = aligned_base(self._flat(buf, indices), lp.name, width)
         if base is None:
             return None
         self.n_vec += 1
@@ -88,10 +114,8 @@ class VectorAccess:
         width = as_int(lp.extent)
         if width is None or width < 2 or self.func.attached_at(block.name, lp.name):
             return None
-        self._enter(block)
-        guards = [uniform_guard(simplify(substitute(p, self.bindings), self.ranges), lp.name, width)
-                  for p in conjuncts(block.predicate)]
-        if any(g is None for g in guards):
+        guards = self._uniform_guards(block, lp, width)
+        if guards is None:
             return None
         value = simplify(substitute(block.value, self.bindings), self.ranges)
         reads: dict[Load, _Access] = {}
@@ -108,7 +132,7 @@ class VectorAccess:
             store = self._widen(block.store, block.store_indices, lp, width)
         if not reads and store is None:
             return None
-        return VectorPlan(lp, width, tuple(g for g in guards if g is not None), reads, store)
+        return VectorPlan(lp, width, tuple(guards), reads, store)
 
     def _open_vector_loads(self, plan: VectorPlan, extra_conds: list[str]) -> int:
         """Declare the register arrays and load them; returns how many braces the caller closes (the

@@ -73,16 +73,13 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
         # A small batch (GEMV's m <= 8) inside the reduction, as lanes: each weight vector a thread loads
         # serves every activation row, instead of one pass over the weight row per activation row.
         lanes = bool(outer) and bool(small)
-        if lanes:
-            s.reorder(*outer, kt, ko, *small, kv)
-        else:
-            s.reorder(*outer, *small, kt, ko, kv)
+        order = [*outer, kt, ko, *small, kv] if lanes else [*outer, *small, kt, ko, kv]
+        s.reorder(*order)
         if outer:
             s.bind(outer[0], "blockIdx.x")
             s.bind(outer[1], "threadIdx.y")
         s.bind(kt, "threadIdx.x")
         s.vectorize(kv)  # one 16-byte load per operand where alignment is provable
-        anchor = outer[-1] if lanes else (small[-1] if small else (outer[-1] if outer else None))
     else:
         outer = []
         if rows is not None:
@@ -98,11 +95,12 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
         batch_lanes = lanes and bool(small) and vec * math.prod(
             const_or(func.block(C).axis(a).extent, MAX_LANES + 1) for a in facts.small) <= MAX_LANES
         if batch_lanes:
-            s.reorder(*outer[:2], kt, ko, ku, *small, outer[2])
+            order = [*outer[:2], kt, ko, ku, *small, outer[2]]
         elif lanes:
-            s.reorder(*outer[:2], *small, kt, ko, ku, outer[2])
+            order = [*outer[:2], *small, kt, ko, ku, outer[2]]
         else:
-            s.reorder(*outer, *small, kt, ko, ku)
+            order = [*outer, *small, kt, ko, ku]
+        s.reorder(*order)
         if outer:
             s.bind(outer[0], "blockIdx.x")
             s.bind(outer[1], "threadIdx.x")
@@ -112,12 +110,12 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
                 s.vectorize(outer[2])
         s.bind(kt, "threadIdx.y")
         s.unroll(ku)
-        if batch_lanes or (lanes and not small):
-            anchor = outer[1]
-        else:
-            anchor = small[-1] if small else (outer[2] if outer else None)
-    if anchor is None:  # a reduction to a single value: nothing to hold per thread
+    # The write-back sits at the innermost loop outside the reduction; with none (a reduction to a single
+    # value) there is nothing to hold per thread.
+    at = order.index(kt)
+    if at == 0:
         return s
+    anchor = order[at - 1]
     wb = s.cache_write(C, "local")
     s.reverse_compute_at(wb, anchor)
     for block in facts.epilogue:

@@ -149,13 +149,14 @@ def parse_ptxas(log: str) -> dict[str, KernelResources]:
     return kernels
 
 
-def _run_nvcc(nvcc: str, source: str, arch: str, flags: Sequence[str]) -> tuple[str, bytes]:
-    """(ptxas log, cubin) of ``source`` for ``arch``."""
+def _run_nvcc(nvcc: str, source: str, arch: str, flags: Sequence[str], emit: str = "cubin") -> tuple[str, bytes]:
+    """(compiler log, output) of ``source`` for ``arch``: the cubin with ptxas' resource report, or the PTX."""
     with tempfile.TemporaryDirectory(prefix="schedlib-nvcc-") as tmp:
         src = Path(tmp) / "kernel.cu"
         src.write_text(source)
-        out = Path(tmp) / "kernel.cubin"
-        cmd = [nvcc, f"-arch={arch}", "-cubin", "--resource-usage", *flags, "-o", str(out), str(src)]
+        out = Path(tmp) / f"kernel.{emit}"
+        report = ["--resource-usage"] if emit == "cubin" else []
+        cmd = [nvcc, f"-arch={arch}", f"-{emit}", *report, *flags, "-o", str(out), str(src)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -201,6 +202,14 @@ def _compiler(arch: str, compiler: str | None) -> tuple[str | None, str, str]:
     if nvcc is not None:
         return nvcc, "nvcc", _nvcc_identity(nvcc)
     return None, "nvrtc", f"nvrtc {_nvrtc().getVersion()} {find_cuda_include()}"
+
+
+def ptx(source: str, arch: str) -> str:
+    """The PTX nvcc makes of ``source`` for ``arch`` (to read which instructions a kernel became: vector
+    widths, local-memory traffic).  Needs nvcc: NVRTC is not asked, so the text is the one nvcc compiles."""
+    nvcc, _, _ = _compiler(arch, "nvcc")
+    _, text = _run_nvcc(nvcc, source, arch, [], emit="ptx")  # type: ignore[arg-type]
+    return text.decode()
 
 
 def build_cubin(source: str, arch: str, *, compiler: str | None = None) -> Path:

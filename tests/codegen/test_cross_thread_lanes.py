@@ -30,6 +30,14 @@ def passes_over_rows(k: sl.Kernel) -> int:
     return "\n".join(kernel_bodies(k.source).values()).count("cross-thread reduction over")
 
 
+def assert_matches_reference(k: sl.Kernel, f: sl.Func, rng: np.random.Generator, tol: float) -> None:
+    """The kernel on the emulator (bounds and alignment checked) against the reference on random inputs."""
+    inputs = random_inputs(f, rng)
+    want = sl.run_reference(f, dict(zip(f.inputs, inputs)))[f.outputs[0]]
+    np.testing.assert_allclose(np.asarray(k.run_cpu(*inputs, bounds_check=True), np.float64),
+                               np.asarray(want, np.float64), rtol=tol, atol=tol)
+
+
 @pytest.mark.emulator
 @pytest.mark.parametrize(("spec", "batch"), [("gemv:N=192,K=96,dtype=float16,trans=True", 1),
                                              ("gemv:N=200,K=100,dtype=float32,trans=True,batch=3", 3),
@@ -43,11 +51,7 @@ def test_outer_gemv_reads_its_columns_in_one_pass(spec: str, batch: int, rng: np
     assert vec > 1
     k = sl.build(s, "sm_90")
     assert lanes_of(k) == [("threadIdx.y", vec * batch)] and passes_over_rows(k) == 1
-    inputs = random_inputs(f, rng)
-    want = sl.run_reference(f, dict(zip(f.inputs, inputs)))[f.outputs[0]]
-    got = k.run_cpu(*inputs, bounds_check=True)
-    tol = 1e-4 if "float32" in spec else 3e-2
-    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=tol, atol=tol)
+    assert_matches_reference(k, f, rng, 1e-4 if "float32" in spec else 3e-2)
 
 
 @pytest.mark.emulator
@@ -57,10 +61,7 @@ def test_outer_gemv_keeps_a_batch_outside_when_its_partials_would_not_fit(rng: n
     config = {"threads_n": 32, "vector": 4, "threads_k": 4, "unroll": 2}
     k = sl.build(sl.rules.find_rule(f, "h100").apply(f, "h100", config), "sm_90")
     assert lanes_of(k) == [("threadIdx.y", 4)] and passes_over_rows(k) == 1  # one reduction, run per row b
-    inputs = random_inputs(f, rng)
-    want = sl.run_reference(f, dict(zip(f.inputs, inputs)))[f.outputs[0]]
-    np.testing.assert_allclose(np.asarray(k.run_cpu(*inputs, bounds_check=True), np.float64),
-                               np.asarray(want, np.float64), rtol=3e-2, atol=3e-2)
+    assert_matches_reference(k, f, rng, 3e-2)
 
 
 @pytest.mark.emulator
@@ -109,11 +110,7 @@ def test_a_small_batch_shares_each_weight_load(spec: str, lanes: int, rng: np.ra
     f = parse_workload(spec).build()
     k = sl.build(sl.rules.apply_default(f, "h100"), "sm_90")
     assert lanes_of(k) == [("threadIdx.x", lanes)] and passes_over_rows(k) == 1
-    inputs = random_inputs(f, rng)
-    want = sl.run_reference(f, dict(zip(f.inputs, inputs)))[f.outputs[0]]
-    tol = 3e-2 if "float16" in spec else 1e-4
-    np.testing.assert_allclose(np.asarray(k.run_cpu(*inputs, bounds_check=True), np.float64),
-                               np.asarray(want, np.float64), rtol=tol, atol=tol)
+    assert_matches_reference(k, f, rng, 3e-2 if "float16" in spec else 1e-4)
 
 
 @pytest.mark.emulator

@@ -9,7 +9,7 @@ import pytest
 from emu_kernels import ALL_KERNELS, MATMUL, VADD, full, mma_kernel
 
 from schedlib.errors import CompileError
-from schedlib.runtime.nvcc import CompileReport, compile_check, find_nvcc, nvrtc_available, parse_ptxas
+from schedlib.runtime.nvcc import CompileReport, compile_check, find_nvcc, nvrtc_available, parse_ptxas, ptx
 
 needs_nvcc = pytest.mark.skipif(
     find_nvcc() is None, reason="nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, /usr/local/bin)"
@@ -68,6 +68,14 @@ def test_compile_error_carries_the_log() -> None:
     with pytest.raises(CompileError, match=r"(?s)nvcc failed for sm_90.*not_declared") as err:
         compile_check(bad, "sm_90")
     assert "error" in str(err.value)
+
+
+@needs_nvcc
+def test_ptx_is_nvccs_text_and_its_errors_carry_the_log() -> None:
+    text = ptx(full(VADD), "sm_90")
+    assert ".visible .entry vadd(" in text and ".target sm_90" in text
+    with pytest.raises(CompileError, match=r"(?s)nvcc failed for sm_90.*not_declared"):
+        ptx(full(VADD.replace("a[i] + b[i]", "a[i] + not_declared")), "sm_90")
 
 
 @needs_nvrtc
