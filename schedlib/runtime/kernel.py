@@ -86,7 +86,38 @@ class Kernel:
     # CPU emulator -----------------------------------------------------------------------------
     def run_cpu(self, *arrays: np.ndarray, bounds_check: bool = False, threads: int | None = None) -> Any:
         """Run the exact CUDA source on the CPU emulator; numpy in, numpy out."""
-        from schedlib.runtime.emulator import KernelLaunch, emulate
+        from schedlib.runtime.emulator import emulate
+
+        launches, args, outputs = self._emulator_launch(arrays)
+        emulate(self.source, launches, args, bounds_check=bounds_check, threads=threads)
+        for name in outputs:
+            if self.func.buffer(name).dtype == "bfloat16":
+                outputs[name][...] = _from_bf16_bits(args[name])
+        return self._result(outputs)
+
+    def bank_conflicts(self, *arrays: np.ndarray, blocks: int = 4, threads: int | None = None) -> Any:
+        """Shared-memory bank conflicts of each access in the source, counted on the CPU emulator.
+
+        Runs the first `blocks` blocks of each kernel on these inputs (the outputs are not produced) and
+        returns a pandas DataFrame, one row per source line, buffer and operation: ``requests`` (warp-wide),
+        ``wavefronts`` the GPU needs to serve them, ``ideal`` (one per phase of the warp) and ``conflict`` =
+        wavefronts / ideal, 1.0 when conflict-free.  Worst first."""
+        import pandas as pd
+
+        from schedlib.runtime.emulator.banks import bank_census
+
+        launches, args, _ = self._emulator_launch(arrays)
+        sites = bank_census(self.source, launches, args, blocks=blocks, threads=threads)
+        rows = [{"kernel": s.kernel, "line": s.line, "buffer": s.buffer, "op": s.op, "bytes": s.bytes,
+                 "requests": s.requests, "wavefronts": s.wavefronts, "ideal": s.ideal,
+                 "conflict": round(s.conflict, 3), "code": s.code} for s in sites]
+        columns = ["kernel", "line", "buffer", "op", "bytes", "requests", "wavefronts", "ideal", "conflict", "code"]
+        df = pd.DataFrame(rows, columns=columns)
+        return df.sort_values(["conflict", "wavefronts"], ascending=False, kind="stable").reset_index(drop=True)
+
+    def _emulator_launch(self, arrays: Sequence[np.ndarray]) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+        """The launches, the argument map and the output arrays of one emulator run on `arrays`."""
+        from schedlib.runtime.emulator import KernelLaunch
 
         inputs, outputs = self._split_args(arrays)
         inputs = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
@@ -100,11 +131,11 @@ class Kernel:
         else:
             self._check_outputs(outputs, symbols)
         args: dict[str, Any] = {**{k: _as_c_array(v, self.func.buffer(k).dtype) for k, v in inputs.items()}}
-        bf16_out = {n for n in outputs if self.func.buffer(n).dtype == "bfloat16"}
         for name, arr in outputs.items():
             if not arr.flags.c_contiguous:
                 raise ShapeError(f"kernel {self.func.name}: output {name} must be C-contiguous")
-            args[name] = _as_c_array(arr, self.func.buffer(name).dtype) if name in bf16_out else arr
+            bf16 = self.func.buffer(name).dtype == "bfloat16"
+            args[name] = _as_c_array(arr, self.func.buffer(name).dtype) if bf16 else arr
         for buf in self.module.scratch:
             shape = tuple(evaluate_int(d, symbols) for d in buf.shape)
             args[buf.name] = np.zeros(shape, dtype=np.uint16 if buf.dtype == "bfloat16" else numpy_dtype(buf.dtype))
@@ -113,10 +144,7 @@ class Kernel:
             args.update({tm.param: tm for tm in spec.tensor_maps})
         launches = [KernelLaunch(spec.name, spec.grid_for(symbols), spec.block, spec.params, spec.dynamic_smem)
                     for spec in self.launch]
-        emulate(self.source, launches, args, bounds_check=bounds_check, threads=threads)
-        for name in bf16_out:
-            outputs[name][...] = _from_bf16_bits(args[name])
-        return self._result(outputs)
+        return launches, args, outputs
 
     # compile check ----------------------------------------------------------------------------
     def compile_check(self, arch: str | None = None) -> Any:

@@ -15,6 +15,7 @@ Environment: ``SCHEDLIB_EMU_THREADS`` (OS threads, default: all cores), ``SCHEDL
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -91,17 +92,33 @@ def emulate(
     decides the width; a kind or dtype mismatch is an error naming the parameter). The compiled
     library is cached by content hash, so repeated calls with the same source skip g++.
     """
-    launches = list(launches)
-    for launch in launches:
+    launches = checked_launches(launches)
+    threads = os_threads(threads)
+    if launches:
+        lib = load_library(build_library(source, (ln.name for ln in launches), bounds_check=bounds_check))
+        run_launches(lib, launches, args, threads)
+
+
+def checked_launches(launches: Sequence[KernelLaunch]) -> list[KernelLaunch]:
+    out = list(launches)
+    for launch in out:
         launch.validate()
+    return out
+
+
+def os_threads(threads: int | None) -> int:
+    """The OS threads blocks spread over: `threads`, else $SCHEDLIB_EMU_THREADS, else every core."""
     if threads is None:
-        threads = _env_int("SCHEDLIB_EMU_THREADS", os.cpu_count() or 1)
-    elif threads < 1:
+        return _env_int("SCHEDLIB_EMU_THREADS", os.cpu_count() or 1)
+    if threads < 1:
         raise EmulatorError(f"threads must be >= 1, got {threads}")
+    return threads
+
+
+def run_launches(lib: ctypes.CDLL, launches: Sequence[KernelLaunch], args: Mapping[str, np.ndarray | int | float],
+                 threads: int) -> None:
+    """Launch each kernel of a loaded library in order; arrays are written back even when one fails."""
     stack_kb = _env_int("SCHEDLIB_EMU_STACK_KB", DEFAULT_STACK_KB)
-    if not launches:
-        return
-    lib = load_library(build_library(source, (ln.name for ln in launches), bounds_check=bounds_check))
     arrays = DeviceArrays()
     try:
         for launch in launches:

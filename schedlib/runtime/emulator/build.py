@@ -29,6 +29,9 @@ from schedlib.runtime.emulator.abi import ABI_VERSION
 HEADER_DIR = Path(__file__).resolve().parent
 BASE_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-w")
 BOUNDS_FLAG = "-DSL_EMU_BOUNDS"
+# the bank census: checked pointers that log shared accesses; -g maps call sites to source lines
+BANKS_FLAGS = ("-DSL_EMU_BOUNDS", "-DSL_EMU_BANKS", "-g")
+BANKS_LIBS = ("-ldl",)  # dladdr, for call sites relative to the library
 ENTRY_PREFIX = "sl_emu_launch__"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _LOG_TAIL = 6000
@@ -81,8 +84,9 @@ def check_kernel_names(source: str, names: Iterable[str]) -> list[str]:
     return out
 
 
-def driver_source(kernels: Iterable[str]) -> str:
-    """The translation unit g++ compiles: the exact source, then one C entry point per kernel."""
+def driver_source(kernels: Iterable[str], *, banks: bool = False) -> str:
+    """The translation unit g++ compiles: the exact source, then one C entry point per kernel (and, for the
+    bank census, the calls that reset and read it)."""
     lines = [
         '#include "kernel.cu"',
         "#ifndef SL_EMU_ABI_VERSION",
@@ -96,16 +100,25 @@ def driver_source(kernels: Iterable[str]) -> str:
             "(const sl_emu_launch_t* L, char* err, unsigned long long errlen) "
             f'{{ return ::sl_emu::launch(&{name}, "{name}", L, err, errlen); }}'
         )
+    if banks:
+        export = 'extern "C" __attribute__((visibility("default")))'
+        lines += [f"{export} void sl_emu_banks_reset(long long max_blocks) {{ ::sl_emu::banks_reset(max_blocks); }}",
+                  f"{export} long long sl_emu_banks_report(char* out, unsigned long long capacity) "
+                  "{ return ::sl_emu::banks_report(out, capacity); }"]
     return "\n".join(lines) + "\n"
 
 
-def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool) -> Path:
-    """Compile (or find in the cache) the library for `source` exporting entry points for `kernels`."""
+def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool, banks: bool = False) -> Path:
+    """Compile (or find in the cache) the library for `source` exporting entry points for `kernels`;
+    ``banks`` builds the bank census (which checks bounds too)."""
     gxx = require_gxx()
     names = check_kernel_names(source, kernels)
-    driver = driver_source(names)
-    flags = [*BASE_FLAGS, *([BOUNDS_FLAG] if bounds_check else [])]
-    key = content_hash(source, driver, *_header_texts(), " ".join(flags), _gxx_version(gxx))
+    driver = driver_source(names, banks=banks)
+    if banks:
+        flags, libs = [*BASE_FLAGS, *BANKS_FLAGS], list(BANKS_LIBS)
+    else:
+        flags, libs = [*BASE_FLAGS, *([BOUNDS_FLAG] if bounds_check else [])], []
+    key = content_hash(source, driver, *_header_texts(), " ".join(flags + libs), _gxx_version(gxx))
     root = cache_dir("emulator")
     target = root / f"{key}.so"
     try:
@@ -122,7 +135,7 @@ def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool) ->
     try:
         (build / "kernel.cu").write_text(source)
         (build / "driver.cpp").write_text(driver)
-        cmd = [gxx, *flags, f"-I{HEADER_DIR}", "driver.cpp", "-o", "lib.so"]
+        cmd = [gxx, *flags, f"-I{HEADER_DIR}", "driver.cpp", "-o", "lib.so", *libs]
         try:
             proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=900, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:

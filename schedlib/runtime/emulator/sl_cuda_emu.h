@@ -12,9 +12,14 @@
 //   sl_emu_wgmma.h   Hopper wgmma.mma_async reading shared memory through matrix descriptors
 //   sl_emu_tma.h     Hopper mbarrier phases and TMA tensor copies into shared memory
 //   sl_emu_launch.h  launch ABI, parameter checks, the OS-thread pool
+//   sl_emu_banks.h   shared-memory bank census per access site (-DSL_EMU_BANKS, implies SL_EMU_BOUNDS)
 #pragma once
 #if defined(__CUDACC__)
 #error "sl_cuda_emu.h is the CPU emulator; nvcc uses the real CUDA definitions"
+#endif
+
+#if defined(SL_EMU_BANKS) && !defined(SL_EMU_BOUNDS)
+#define SL_EMU_BOUNDS  // the census reads shared accesses through the checked pointers
 #endif
 
 // System headers first, with their own visibility. Everything the emulator itself defines stays
@@ -39,6 +44,13 @@
 #include <tuple>
 #include <type_traits>
 #include <vector>
+#ifdef SL_EMU_BANKS
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#endif
 
 #pragma GCC visibility push(hidden)
 #include "sl_emu_launch.h"

@@ -172,6 +172,9 @@ inline void ctx_switch(Ctx* save, Ctx* to) {
 }
 
 [[noreturn]] inline void fiber_main(void* fiber);
+#ifdef SL_EMU_BANKS
+inline void bank_fold(const BlockCtx* b, bool block_end);  // sl_emu_banks.h
+#endif
 
 #if !SL_EMU_ASM_SWITCH
 inline void ucontext_entry() { fiber_main(sl_emu_tls_fiber); }
@@ -294,6 +297,9 @@ inline int syncthreads_impl(int pred = 0) {
   const unsigned p = b->bar_phase & 1u;
   b->bar_count[p] += pred != 0;
   if (++b->bar_arrivals == b->nthreads) {  // every thread waits here: release them all
+#ifdef SL_EMU_BANKS
+    bank_fold(b, false);  // every access before the barrier is logged: cost them, keep the log short
+#endif
     b->bar_arrivals = 0;
     b->bar_count[p ^ 1u] = 0;
     ++b->bar_phase;

@@ -28,6 +28,9 @@
 #include "sl_emu_warp.h"
 #include "sl_emu_tma.h"
 #include "sl_emu_wgmma.h"
+#ifdef SL_EMU_BANKS
+#include "sl_emu_banks.h"
+#endif
 
 #define SL_EMU_ABI_VERSION 1
 
@@ -264,6 +267,9 @@ inline void run_worker(Grid* g) {
 #endif
       run_block(&b, stacks.base(), stacks.stride, g->stack_bytes);
       if (b.failed) { g->record(b.error); break; }
+#ifdef SL_EMU_BANKS
+      bank_fold(&b, true);
+#endif
     }
     sl_emu_tls_block = nullptr;
   } catch (const std::exception& e) {
@@ -316,6 +322,10 @@ inline int launch(void (*fn)(P...), const char* kernel, const sl_emu_launch_t* L
   const size_t kb = L->stack_kb > 0 ? static_cast<size_t>(L->stack_kb) : 128;
   g.stack_bytes = ((kb < 16 ? 16 : kb) * 1024 + 4095) & ~static_cast<size_t>(4095);
   g.nblocks = 1ll * L->grid[0] * L->grid[1] * L->grid[2];
+#ifdef SL_EMU_BANKS
+  const long long sample = bank_census().max_blocks.load();  // the census may look at the first blocks only
+  if (sample > 0 && sample < g.nblocks) g.nblocks = sample;
+#endif
   for (int i = 0; i < L->nargs; ++i)
     if (L->kinds[i] == kArgPtr)
       g.globals.push_back(Range{static_cast<const unsigned char*>(L->ptrs[i]), static_cast<size_t>(L->nbytes[i]), L->names[i]});

@@ -14,7 +14,24 @@
 
 #include "sl_emu_fiber.h"
 
+// The bank census (SL_EMU_BANKS, sl_emu_banks.h) keys every shared-memory access by the call site in the
+// kernel: the accessors kernels call directly are then out-of-line, and pass their return address on.
+#ifdef SL_EMU_BANKS
+#define SL_EMU_SITE_FN __attribute__((noinline))
+#define SL_EMU_SITE __builtin_return_address(0)
+#else
+#define SL_EMU_SITE_FN
+#define SL_EMU_SITE nullptr
+#endif
+
 namespace sl_emu {
+
+#ifdef SL_EMU_BANKS
+inline void bank_note(const void* site, const void* addr, size_t bytes, const char* buffer, const char* op);
+inline const char* bank_forget(const void* addr);
+#else
+inline const char* bank_forget(const void*) { return nullptr; }
+#endif
 
 inline std::string hexaddr(const void* p) {
   char buf[32];
@@ -87,14 +104,17 @@ struct Ptr {
   void check(const char* op, ptrdiff_t idx, ptrdiff_t count) const {
     if (__builtin_expect(idx < 0 || idx + count > static_cast<ptrdiff_t>(size), 0)) out_of_bounds(op, idx, count);
   }
-  T& at(ptrdiff_t i) const {
+  T& at(ptrdiff_t i, const void* site = nullptr) const {
     check("access", offset() + i, 1);
+#ifdef SL_EMU_BANKS
+    if (site && space[0] == 's') bank_note(site, cur + i, sizeof(T), name, "load/store");
+#endif
     return cur[i];
   }
   template <class I, class = std::enable_if_t<std::is_integral<I>::value>>
-  T& operator[](I i) const { return at(static_cast<ptrdiff_t>(i)); }
-  T& operator*() const { return at(0); }
-  T* operator->() const { return &at(0); }
+  SL_EMU_SITE_FN T& operator[](I i) const { return at(static_cast<ptrdiff_t>(i), SL_EMU_SITE); }
+  SL_EMU_SITE_FN T& operator*() const { return at(0, SL_EMU_SITE); }
+  SL_EMU_SITE_FN T* operator->() const { return &at(0, SL_EMU_SITE); }
   // Escaping to a raw pointer is allowed anywhere inside the buffer or one past its end.
   operator T*() const {
     if (offset() < 0 || offset() > static_cast<ptrdiff_t>(size)) out_of_bounds("pointer conversion", offset(), 1);
@@ -164,7 +184,7 @@ constexpr ptrdiff_t vec_elems() {
 }
 
 template <class VT, class T, class I>
-inline VT vload(const T* p, I idx, const char* vt) {
+inline VT vload_at(const T* p, I idx, const char* vt, const void*) {
   vec_elems<VT, T>();
   const T* a = p + idx;
   check_align(a, alignof(VT), "SL_VLOAD<", std::string(vt) + "> at address " + hexaddr(a));
@@ -174,7 +194,7 @@ inline VT vload(const T* p, I idx, const char* vt) {
 }
 
 template <class VT, class T, class I, class V>
-inline void vstore(T* p, I idx, const V& value, const char* vt) {
+inline void vstore_at(T* p, I idx, const V& value, const char* vt, const void*) {
   vec_elems<VT, T>();
   T* a = p + idx;
   check_align(a, alignof(VT), "SL_VSTORE<", std::string(vt) + "> at address " + hexaddr(a));
@@ -183,37 +203,54 @@ inline void vstore(T* p, I idx, const V& value, const char* vt) {
 }
 
 template <class VT, class T, class I>
-inline VT vload(const Ptr<T>& p, I idx, const char* vt) {
+inline VT vload_at(const Ptr<T>& p, I idx, const char* vt, const void* site) {
   const ptrdiff_t at = p.offset() + static_cast<ptrdiff_t>(idx);
   p.check(("SL_VLOAD<" + std::string(vt) + ">").c_str(), at, vec_elems<VT, T>());
   check_align(p.cur + idx, alignof(VT), "SL_VLOAD<", std::string(vt) + ">" + p.where(at));
+#ifdef SL_EMU_BANKS
+  if (site && p.space[0] == 's') bank_note(site, p.cur + idx, sizeof(VT), p.name, "vector load");
+#endif
   VT v;
   std::memcpy(&v, p.cur + idx, sizeof(VT));
   return v;
 }
 
 template <class VT, class T, class I, class V>
-inline void vstore(const Ptr<T>& p, I idx, const V& value, const char* vt) {
+inline void vstore_at(const Ptr<T>& p, I idx, const V& value, const char* vt, const void* site) {
   const ptrdiff_t at = p.offset() + static_cast<ptrdiff_t>(idx);
   p.check(("SL_VSTORE<" + std::string(vt) + ">").c_str(), at, vec_elems<VT, T>());
   check_align(p.cur + idx, alignof(VT), "SL_VSTORE<", std::string(vt) + ">" + p.where(at));
+#ifdef SL_EMU_BANKS
+  if (site && p.space[0] == 's') bank_note(site, p.cur + idx, sizeof(VT), p.name, "vector store");
+#endif
   const VT v = value;
   std::memcpy(p.cur + idx, &v, sizeof(VT));
 }
 
+// What the SL_V* macros call, from the kernel itself (so SL_EMU_SITE is the kernel's call site).
+template <class VT, class P, class I>
+SL_EMU_SITE_FN inline VT vload(const P& p, I idx, const char* vt) {
+  return vload_at<VT>(p, idx, vt, SL_EMU_SITE);
+}
+
+template <class VT, class P, class I, class V>
+SL_EMU_SITE_FN inline void vstore(P&& p, I idx, const V& value, const char* vt) {  // P&&: arrays stay writable
+  vstore_at<VT>(p, idx, value, vt, SL_EMU_SITE);
+}
+
 template <class VT, class R, class P, class I>
-inline void vload_regs(R* regs, const P& p, I idx, const char* vt) {
+SL_EMU_SITE_FN inline void vload_regs(R* regs, const P& p, I idx, const char* vt) {
   check_align(regs, alignof(VT), "SL_VLOAD_REGS<", std::string(vt) + "> into a register array");
-  const VT v = vload<VT>(p, idx, vt);
+  const VT v = vload_at<VT>(p, idx, vt, SL_EMU_SITE);
   std::memcpy(regs, &v, sizeof(VT));
 }
 
 template <class VT, class P, class I, class R>
-inline void vstore_regs(const P& p, I idx, const R* regs, const char* vt) {
+SL_EMU_SITE_FN inline void vstore_regs(P&& p, I idx, const R* regs, const char* vt) {
   check_align(regs, alignof(VT), "SL_VSTORE_REGS<", std::string(vt) + "> from a register array");
   VT v;
   std::memcpy(&v, regs, sizeof(VT));
-  vstore<VT>(p, idx, v, vt);
+  vstore_at<VT>(p, idx, v, vt, SL_EMU_SITE);
 }
 
 }  // namespace sl_emu

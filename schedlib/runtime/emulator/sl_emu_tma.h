@@ -121,6 +121,7 @@ inline void tma_load_3d(void* dst, const uint64_t* tm, int c0, int c1, int c2, u
 }  // namespace sl_emu
 
 inline void sl_mbar_init(unsigned long long* bar, unsigned count) {
+  ::sl_emu::bank_forget(bar);  // mbarrier operations are not data loads
   if (count < 1 || count > 0xFFFF) ::sl_emu::fail("sl_mbar_init: arrival count " + std::to_string(count) +
                                                   " is outside 1..65535");
   ::sl_emu::mbar_store(reinterpret_cast<uint64_t*>(bar), ::sl_emu::MbarState{count, count, 0, 0});
@@ -128,6 +129,7 @@ inline void sl_mbar_init(unsigned long long* bar, unsigned count) {
 inline void sl_mbar_init_fence() {}
 // One arrival that also announces `bytes` more to land in the current phase.
 inline void sl_mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+  ::sl_emu::bank_forget(bar);  // mbarrier operations are not data loads
   uint64_t* p = reinterpret_cast<uint64_t*>(bar);
   ::sl_emu::MbarState s = ::sl_emu::mbar_checked(p, "sl_mbar_expect_tx");
   if (s.left == 0) ::sl_emu::fail("sl_mbar_expect_tx: more arrivals than the mbarrier's count in one phase");
@@ -137,6 +139,7 @@ inline void sl_mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
 }
 // One arrival without bytes (a consumer releasing a ring slot).
 inline void sl_mbar_arrive(unsigned long long* bar) {
+  ::sl_emu::bank_forget(bar);  // mbarrier operations are not data loads
   uint64_t* p = reinterpret_cast<uint64_t*>(bar);
   ::sl_emu::MbarState s = ::sl_emu::mbar_checked(p, "sl_mbar_arrive");
   if (s.left == 0) ::sl_emu::fail("sl_mbar_arrive: more arrivals than the mbarrier's count in one phase");
@@ -145,6 +148,7 @@ inline void sl_mbar_arrive(unsigned long long* bar) {
 }
 // Wait until the phase of parity `parity` has completed.
 inline void sl_mbar_wait(unsigned long long* bar, unsigned parity) {
+  ::sl_emu::bank_forget(bar);  // mbarrier operations are not data loads
   ::sl_emu::BlockCtx* b = sl_emu_tls_block;
   ::sl_emu::Fiber* f = sl_emu_tls_fiber;
   while (::sl_emu::mbar_checked(reinterpret_cast<uint64_t*>(bar), "sl_mbar_wait").parity == (parity & 1u)) {
@@ -159,5 +163,7 @@ inline void sl_tmap_acquire(const unsigned long long* tmap) {
 }
 inline void sl_tma_load_3d(void* dst, const unsigned long long* tmap, int c0, int c1, int c2,
                            unsigned long long* bar) {
+  ::sl_emu::bank_forget(bar);
+  ::sl_emu::bank_forget(dst);
   ::sl_emu::tma_load_3d(dst, reinterpret_cast<const uint64_t*>(tmap), c0, c1, c2, reinterpret_cast<uint64_t*>(bar));
 }

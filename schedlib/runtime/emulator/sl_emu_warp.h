@@ -132,12 +132,16 @@ inline uint16_t load_b16(const unsigned char* row, int col) {
 // ldmatrix.m8n8.b16: lanes 8i..8i+7 give the row addresses of matrix i; lane l receives
 // row l/4, columns 2(l%4) and 2(l%4)+1 of each matrix (transposed: rows 2(l%4), 2(l%4)+1 of column l/4).
 template <int NMAT, bool TRANS>
-inline void ldmatrix(unsigned* r, const void* row_ptr, const char* op) {
+inline void ldmatrix(unsigned* r, const void* row_ptr, const char* op, const void* site) {
   const Fiber* f = sl_emu_tls_fiber;
+  const char* buffer = bank_forget(row_ptr);
   if (f->lane < 8 * NMAT) {
     check_align(row_ptr, 16, op, std::string(": row address of lane ") + std::to_string(f->lane));
 #ifdef SL_EMU_BOUNDS
     check_bytes(row_ptr, 16, true, op);
+#endif
+#ifdef SL_EMU_BANKS
+    bank_note(site, row_ptr, 16, buffer ? buffer : "shared", op);  // lanes 8i..8i+7: one phase of 16-byte rows per matrix
 #endif
   }
   const unsigned char* buf = warp_exchange(&row_ptr, sizeof row_ptr);
@@ -193,13 +197,17 @@ inline void sl_mma_m16n8k16_f16f32(float d[4], const unsigned a[4], const unsign
 inline void sl_mma_m16n8k16_bf16f32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
   ::sl_emu::mma_m16n8k16<::sl_emu::bf2f>(d, a, b, c, "sl_mma_m16n8k16_bf16f32");
 }
-inline void sl_ldmatrix_x4(unsigned r[4], const void* p) { ::sl_emu::ldmatrix<4, false>(r, p, "sl_ldmatrix_x4"); }
-inline void sl_ldmatrix_x2(unsigned r[2], const void* p) { ::sl_emu::ldmatrix<2, false>(r, p, "sl_ldmatrix_x2"); }
-inline void sl_ldmatrix_x4_trans(unsigned r[4], const void* p) {
-  ::sl_emu::ldmatrix<4, true>(r, p, "sl_ldmatrix_x4_trans");
+SL_EMU_SITE_FN inline void sl_ldmatrix_x4(unsigned r[4], const void* p) {
+  ::sl_emu::ldmatrix<4, false>(r, p, "ldmatrix.x4", SL_EMU_SITE);
 }
-inline void sl_ldmatrix_x2_trans(unsigned r[2], const void* p) {
-  ::sl_emu::ldmatrix<2, true>(r, p, "sl_ldmatrix_x2_trans");
+SL_EMU_SITE_FN inline void sl_ldmatrix_x2(unsigned r[2], const void* p) {
+  ::sl_emu::ldmatrix<2, false>(r, p, "ldmatrix.x2", SL_EMU_SITE);
+}
+SL_EMU_SITE_FN inline void sl_ldmatrix_x4_trans(unsigned r[4], const void* p) {
+  ::sl_emu::ldmatrix<4, true>(r, p, "ldmatrix.x4.trans", SL_EMU_SITE);
+}
+SL_EMU_SITE_FN inline void sl_ldmatrix_x2_trans(unsigned r[2], const void* p) {
+  ::sl_emu::ldmatrix<2, true>(r, p, "ldmatrix.x2.trans", SL_EMU_SITE);
 }
 
 // cp.async, asynchronous as on the GPU, so that a pipeline that waits on the wrong group or reads a
@@ -266,12 +274,16 @@ inline std::string shared_place(const BlockCtx& b, const unsigned char* p) {
 // most 227 KiB of it; more pending copies is a bug, and the cap keeps the queue bounded.
 constexpr size_t kMaxCpAsyncPending = 232448 / 16;
 
-inline void cp_async_issue(void* smem_dst, const void* gmem_src) {
+inline void cp_async_issue(void* smem_dst, const void* gmem_src, const void* site) {
   check_align(smem_dst, 16, "sl_cp_async_16", ": shared destination");
   check_align(gmem_src, 16, "sl_cp_async_16", ": global source");
+  const char* buffer = bank_forget(smem_dst);
 #ifdef SL_EMU_BOUNDS
   check_bytes(gmem_src, 16, false, "sl_cp_async_16 source");
   check_bytes(smem_dst, 16, true, "sl_cp_async_16 destination");
+#endif
+#ifdef SL_EMU_BANKS
+  bank_note(site, smem_dst, 16, buffer ? buffer : "shared", "cp.async store");
 #endif
   Fiber* f = sl_emu_tls_fiber;
   if (__builtin_expect(f->cp_pending.size() >= kMaxCpAsyncPending, 0))
@@ -292,7 +304,9 @@ inline void cp_async_complete_before(Fiber* f, unsigned long long group) {
 
 }  // namespace sl_emu
 
-inline void sl_cp_async_16(void* smem_dst, const void* gmem_src) { ::sl_emu::cp_async_issue(smem_dst, gmem_src); }
+SL_EMU_SITE_FN inline void sl_cp_async_16(void* smem_dst, const void* gmem_src) {
+  ::sl_emu::cp_async_issue(smem_dst, gmem_src, SL_EMU_SITE);
+}
 inline void sl_cp_async_commit() { ++sl_emu_tls_fiber->cp_commits; }
 // Complete all committed groups but the newest N (copies not yet committed stay pending).
 template <int N>

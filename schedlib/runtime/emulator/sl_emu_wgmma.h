@@ -146,7 +146,10 @@ inline void wgmma_complete_before(Fiber* f, unsigned long long group) {
 
 }  // namespace sl_emu
 
-inline unsigned sl_smem_addr(const void* p) { return ::sl_emu::smem_addr(p); }
+inline unsigned sl_smem_addr(const void* p) {
+  ::sl_emu::bank_forget(p);
+  return ::sl_emu::smem_addr(p);
+}
 // Ordering points with no data of their own: on the GPU they order register and shared-memory
 // accesses against the asynchronous proxy; the emulator's deferred execution needs no such help.
 inline void sl_wgmma_fence() {}
