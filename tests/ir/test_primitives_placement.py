@@ -219,6 +219,18 @@ def test_reverse_compute_at_strided_region_is_not_compacted() -> None:
     assert_same_result(s.original, s)
 
 
+def test_reverse_compute_at_of_a_thread_s_dense_register_tile_is_compacted() -> None:
+    # the refusal of tiles strided across threads (test_primitives_placement_errors) spares dense ones
+    s = sl.Schedule(sl.workloads.matmul(4, 16, 4))
+    tx, jo, jv = s.split("C.j", [4, 2, 2])
+    s.reorder("C.i", tx, "C.k", jo, jv)
+    s.bind(tx, "threadIdx.x")
+    local = s.cache_write("C", "local")
+    s.reverse_compute_at(local, tx)
+    assert [int(d.value) for d in s.func.buffer(local).shape] == [1, 4]  # type: ignore[attr-defined]
+    assert_same_result(s.original, s)
+
+
 def test_reverse_compute_at_dense_multi_level_region_is_compacted() -> None:
     s = sl.Schedule(sl.workloads.matmul(24, 3, 3))
     local = s.cache_write("C", "local")

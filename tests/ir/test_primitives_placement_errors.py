@@ -73,7 +73,21 @@ def _transposed_producer() -> sl.Schedule:
     return schedule(_transposing_chain(), lambda s: s.reverse_compute_inline("T"))
 
 
+def _columns_strided_across_threads() -> sl.Schedule:
+    """C = A @ B, 16 columns: thread tx owns columns jo * 8 + tx * 2 + jv (two pairs 8 apart), accumulated in
+    registers; the box of one thread's columns, [2 tx, 2 tx + 10), holds other threads' pairs."""
+    def tile(s: sl.Schedule) -> None:
+        jo, tx, jv = s.split("C.j", [2, 4, 2])
+        s.reorder("C.i", tx, "C.k", jo, jv)
+        s.bind(tx, "threadIdx.x")
+        s.cache_write("C", "local")
+    return schedule(sl.workloads.matmul(4, 16, 4), tile)
+
+
 NEGATIVE = [
+    Reject("reverse-compute-at-tile-strided-across-threads", _columns_strided_across_threads,
+           lambda s: s.reverse_compute_at("C_local", "C.j_1"), "reverse_compute_at", "loop", "C.j_1",
+           "spans the tiles of other threads"),
     Reject("compute-at-own-loop", _mm_relu_staged, lambda s: s.compute_at("A_shared", "A_shared.ax0"),
            "compute_at", "loop", "A_shared.ax0", "is a loop of block A_shared itself"),
     Reject("compute-at-has-attached", _mm_relu_staged, lambda s: s.compute_at("C", "D.i0"), "compute_at", "block",

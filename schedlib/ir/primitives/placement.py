@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from schedlib.ir.expr import Expr, Load, Var
+from schedlib.ir.expr import Expr, Load, Var, as_int
 from schedlib.ir.func import Attach, Block, Func, Loop
 from schedlib.ir.primitives.common import (
     bound_guard,
@@ -21,7 +21,16 @@ from schedlib.ir.primitives.common import (
     normalize,
 )
 from schedlib.ir.region import access_region, covers_box
-from schedlib.ir.simplify import conjunction, free_vars, loads, map_children, rename_buffer, simplify, substitute
+from schedlib.ir.simplify import (
+    conjunction,
+    free_vars,
+    loads,
+    map_children,
+    rename_buffer,
+    simplify,
+    substitute,
+    to_affine,
+)
 
 
 def _check_movable(func: Func, prim: str, blk: Block, host: Block, loop: str) -> None:
@@ -65,6 +74,21 @@ def _fixed_loops(func: Func, host: Block, idx: int, scope: str) -> set[str]:
     loops = func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]
     return {lp.name for lp in loops
             if not (scope == "shared" and lp.thread is not None and lp.thread.startswith("threadIdx"))}
+
+
+def _threads_inside_the_box(host: Block, chain: list[Loop], fixed: set[str],
+                            region: list[tuple[Expr, Expr]]) -> list[str]:
+    """Fixed ``threadIdx`` loops whose step in a stored index is smaller than the region's extent there: the
+    box of one thread then reaches into the tiles of the threads next to it."""
+    threads = {lp.name for lp in chain if lp.name in fixed and lp.thread and lp.thread.startswith("threadIdx")}
+    binding = {a.name: b for a, b in zip(host.axes, host.bindings)}
+    out: list[str] = []
+    for index, (_, extent) in zip(host.store_indices, region):
+        terms, _ = to_affine(simplify(substitute(index, binding)))
+        width = as_int(extent)
+        out += [atom.name for atom, step in terms.items()
+                if isinstance(atom, Var) and atom.name in threads and width is not None and width > abs(step)]
+    return out
 
 
 def _regenerate(func: Func, blk: Block, region: dict[str, tuple[Expr, Expr]], attach: Attach) -> Block:
@@ -163,7 +187,9 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
 
     A shared/local buffer read by nothing else is compacted to that region when one iteration writes all
     of it; a strided or masked write pattern (an inner split that overshoots, a loop order that interleaves
-    the region with others) keeps the buffer whole, which stays correct.
+    the region with others) keeps the buffer whole, which stays correct.  Except in registers: a local
+    buffer under a ``threadIdx`` loop is private to each thread, so a region one thread writes only part of
+    holds other threads' results it never sees, and that is refused.
 
     Before ``reverse_compute_at(f, "C_local", "C.i_0")``::
 
@@ -226,7 +252,17 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     # of other fixed iterations written into the same compacted place in between.
     chain = func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]
     interleaved = any(lp.name in fixed and any(o.name not in fixed for o in chain[:k]) for k, lp in enumerate(chain))
-    exact = covers_box(func, host, host.store_indices, fixed, buf.shape, region) and not interleaved
+    covered = covers_box(func, host, host.store_indices, fixed, buf.shape, region)
+    overlapped = _threads_inside_the_box(host, chain, fixed, region) if buf.scope == "local" else []
+    if overlapped and not covered:
+        # Registers are private: box elements of the next threads' tiles are results this thread's copy of
+        # the buffer never holds.  Reading the box back would store garbage over them.
+        box = ", ".join(f"[{lo}, {simplify(lo + ext)})" for lo, ext in region)
+        fail(prim, "loop", loop, f"one iteration writes only part of the box {box} of {buf.name}, which also "
+             f"spans the tiles of other threads ({', '.join(overlapped)}): {buf.name} is local to each thread, "
+             f"so {block} would store values this thread never computed; give each thread a dense tile (its "
+             "own loops innermost, without thread loops between them)")
+    exact = covered and not interleaved
     # Other writers (a decomposed init) keep the buffer's full indexing, so it stays whole with them.
     sole_writer = [p.name for p in func.producers(buf.name)] == [host.name]
     if buf.scope != "global" and not others and buf.name not in func.outputs and exact and sole_writer:
