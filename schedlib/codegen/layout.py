@@ -50,10 +50,25 @@ def const_bytes(buf: Buffer) -> int:
 
 
 def flatten(buf: Buffer, indices: Sequence[Expr]) -> Expr:
+    permute = {dim: (factors, order) for dim, factors, order in buf.permute}
     total: Expr = Const(0)
-    for idx, st in zip(indices, strides(buf)):
+    for d, (idx, st) in enumerate(zip(indices, strides(buf))):
+        if d in permute:
+            idx = permuted(idx, *permute[d])
         total = total + idx * st
     return simplify(total)
+
+
+def permuted(index: Expr, factors: Sequence[int], order: Sequence[int]) -> Expr:
+    """Where ``storage_permute`` stores ``index``: its digits in the mixed radix ``factors`` (outermost first),
+    placed in ``order``."""
+    inner = [math.prod(factors[k + 1:]) for k in range(len(factors))]
+    digits = [index // Const(inner[0]) if k == 0 else (index // Const(inner[k])) % Const(factors[k])
+              for k in range(len(factors))]
+    total: Expr = Const(0)
+    for position in order:
+        total = total * Const(factors[position]) + digits[position]
+    return total
 
 
 def check_index_range(func: Func, symbols: Mapping[str, int] | None = None) -> None:

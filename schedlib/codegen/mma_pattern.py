@@ -276,6 +276,10 @@ def _operand(func: Func, main: Block, ld: Load, copy: Block, origin: dict[str, s
         dims.append(hit[0])
     if len(shared.shape) != len(source.shape) or len(dims) < 2:
         fail(main, f"{ld.buffer} does not mirror the dimensions of {source.name}")
+    if shared.permute or shared.align:
+        # the lowering lays the tile out itself (swizzled for ldmatrix, or the wgmma canonical layouts)
+        fail(main, f"{ld.buffer} has a storage_permute/storage_align layout; the tensor-core lowering lays out "
+                   "its shared tiles itself")
     _check_origins(main, ld, copy, dims, origin, ext, tile)
     for d, (axis, size) in enumerate(zip(dims, shared.shape)):
         # compute_at clips the region to the operand, so a tile may be smaller than the block tile; the

@@ -27,14 +27,15 @@ runtime's 16-byte aligned arguments are what make one wide load legal.  Reads th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from schedlib.codegen.cuda_expr import ctype, mangle
+from schedlib.codegen.layout import strides
 from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
 from schedlib.ir.dtype import BYTES
-from schedlib.ir.expr import Expr, Load, as_int
-from schedlib.ir.func import Block, Loop
+from schedlib.ir.expr import Const, Expr, Load, as_int
+from schedlib.ir.func import Block, Buffer, Loop
 from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, substitute
 
 
@@ -86,8 +87,8 @@ class VectorAccess:
         if src.dtype != buf.dtype or vtype is None:
             return False
         guards = self._uniform_guards(block, lp, width)
-        dst_base = aligned_base(self._flat(buf, block.store_indices), lp.name, width)
-        src_base = aligned_base(self._flat(src, block.value.indices), lp.name, width)
+        dst_base = self._aligned_base(buf, block.store_indices, lp, width)
+        src_base = self._aligned_base(src, block.value.indices, lp, width)
         if dst_base is None or src_base is None or guards is None:
             return False
         conds = [self.printer(g) for g in guards] + self._once_guards(block, ctx)
@@ -97,12 +98,33 @@ class VectorAccess:
         self._emit(f"if ({' && '.join(conds)}) {copy}" if conds else copy)
         return True
 
+    def _aligned_base(self, buf: Buffer, indices: tuple[Expr, ...], lp: Loop, width: int) -> Expr | None:
+        """Flat index of lane 0 when the ``width`` lanes of ``lp`` access ``buf[base : base + width]`` with
+        ``base`` a multiple of ``width``; else None."""
+        base = aligned_base(self._flat(buf, indices), lp.name, width)
+        if base is not None or not buf.permute:
+            return base
+        # A storage_permute that keeps its innermost digit innermost moves aligned runs of that digit whole.
+        # Its div/mod arithmetic defeats the proof above, so prove the run on the plain layout and place
+        # lane 0.  With the last dimension and the row stride multiples of the width, an aligned run of the
+        # plain layout lies in one row, so the lanes move the last index only, within one run.
+        last = len(buf.shape) - 1
+        for dim, factors, order in buf.permute:
+            if dim == last and (order[-1] != len(factors) - 1 or factors[-1] % width):
+                return None
+        extent, row = as_int(buf.shape[last]), as_int(strides(buf)[last - 1]) if last else width
+        if extent is None or row is None or extent % width or row % width:
+            return None
+        if aligned_base(self._flat(replace(buf, permute=()), indices), lp.name, width) is None:
+            return None
+        return simplify(substitute(self._flat(buf, indices), {lp.name: Const(0)}), self.ranges)
+
     def _widen(self, buffer: str, indices: tuple[Expr, ...], lp: Loop, width: int) -> _Access | None:
         buf = self.func.buffer(buffer)
         vtype = VECTOR_TYPES.get(width * BYTES[buf.dtype])
         if vtype is None or buf.scope == "local":
             return None
-        base = aligned_base(self._flat(buf, indices), lp.name, width)
+        base = self._aligned_base(buf, indices, lp, width)
         if base is None:
             return None
         self.n_vec += 1

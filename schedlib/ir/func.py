@@ -32,6 +32,8 @@ class Buffer:
     scope: str = "global"
     # storage_align entries: (dim, factor, offset) pad the stride of dim to factor*k + offset
     align: tuple[tuple[int, int, int], ...] = ()
+    # storage_permute entries: (dim, factors, order) store dim's mixed-radix digits in `order`
+    permute: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

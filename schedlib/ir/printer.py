@@ -127,7 +127,8 @@ def func_str(func: Func) -> str:
         if buf.name in func.inputs or buf.name in func.outputs:
             continue
         align = f" align={list(buf.align)}" if buf.align else ""
-        lines.append(f"  alloc {sig(buf.name)} {buf.scope}{align}")
+        permute = f" permute={[(d, list(f), list(o)) for d, f, o in buf.permute]}" if buf.permute else ""
+        lines.append(f"  alloc {sig(buf.name)} {buf.scope}{align}{permute}")
     for b in func.root_blocks():
         lines.extend(chain_lines(func, b, 1))
     return "\n".join(lines)

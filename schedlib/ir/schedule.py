@@ -180,6 +180,9 @@ class Schedule:
     def storage_align(self, block: str, dim: int, factor: int, offset: int) -> None:
         self._apply("storage_align", block=block, dim=dim, factor=factor, offset=offset)
 
+    def storage_permute(self, block: str, dim: int, factors: Sequence[int], order: Sequence[int]) -> None:
+        self._apply("storage_permute", block=block, dim=dim, factors=list(factors), order=list(order))
+
     def cache_read(self, block: str, buffer: str | int, scope: str) -> str:
         return self._apply("cache_read", block=block, buffer=buffer, scope=scope)
 

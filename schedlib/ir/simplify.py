@@ -243,6 +243,14 @@ def _simplify_divmod(x: Binary, c: int, rng: Ranges) -> Expr:
         return rest_expr
     if x.op == "%" and not rest and k0 % c == 0:
         return Const(0, x.dtype)
+    if whole and rest and rb is not None and rb[0] >= 0:
+        # (c*w + r) // c = w + r // c and (c*w + r) % c = r % c; the generated code divides with C's
+        # truncation, which agrees with this only while both parts are non-negative
+        whole_expr = from_affine(whole, k0 // c, x.dtype)
+        wb = bounds(whole_expr, rng)
+        if wb is not None and wb[0] >= 0:
+            inner = _simplify_divmod(Binary(x.op, rest_expr, x.b, x.dtype), c, rng)
+            return inner if x.op == "%" else simplify(binary("+", whole_expr, inner), rng)
     return x
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from schedlib.hw import HardwareProfile
 from schedlib.ir.dtype import BYTES
-from schedlib.ir.expr import Expr
+from schedlib.ir.expr import Expr, as_int
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules import matmul_tc as tc
@@ -267,7 +267,24 @@ class MatmulRule(Rule):
             s.bind(fx, "threadIdx.x")
             if vec > 1:
                 s.vectorize(fv)
+        chunk = 16 // facts.in_bytes  # elements per 16-byte shared load
+        runs = [jn]
+        b_shared = copies[1]
+        width = as_int(s.func.buffer(b_shared).shape[-1])  # the block tile, or less where N is smaller
+        n = as_int(facts.extents[facts.n])  # whole vectors only: a ragged edge's guard would split one
+        if (facts.b_contig == facts.n and tn == 2 * chunk and width is not None and width % tn == 0
+                and n is not None and n % chunk == 0):
+            # The thread's tn columns are two 16-byte loads.  Stored as they are, a quarter warp's first
+            # loads fall 32 bytes apart (two lanes per bank group); interleaving the threads' chunks makes
+            # each load one 128-byte row.  The reads are written as vector loads, as the GPU runs them.
+            last = len(s.func.buffer(b_shared).shape) - 1
+            s.storage_permute(b_shared, last, [width // tn, 2, chunk], [1, 0, 2])
+            runs = s.split(jn, [2, chunk])
         init = s.decompose_reduction(C, ko)
-        for lp in (ki, im, jn, *s.get_loops(init), *s.get_loops(wb)):
+        for lp in (ki, im, *runs[:-1], *s.get_loops(init), *s.get_loops(wb)):
             s.unroll(lp)
+        if len(runs) > 1:
+            s.vectorize(runs[-1])
+        else:
+            s.unroll(runs[-1])
         return s

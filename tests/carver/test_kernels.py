@@ -47,12 +47,6 @@ CASES: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "transpose": [("f32", dict(M=64, N=48))],
 }
 # Problems found by this test outside the carver, tolerated only while they are the *only* problem.
-KNOWN_SPILLS = {
-    ("matmul", "f32_batch_residual", "h100"):
-        "ptxas (CUDA 13.0, sm_90) aims at 48 registers under __launch_bounds__(64) for the batched matmul with a "
-        "4x1 thread tile and spills 4 bytes (56 registers and no spill without the bound, 84 with (64, 1); sm_80 "
-        "is clean): a ptxas register target, not the carver's choice",
-}
 PARAMS = [pytest.param(builder, name, kwargs, target, id=f"{builder}-{name}-{target}")
           for builder, cases in CASES.items() for name, kwargs in cases for target in TARGETS]
 
@@ -137,7 +131,4 @@ def test_top_configs_build_compile_and_match_numpy(builder: str, case: str, kwar
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         results = list(pool.map(lambda c: _check(func, target, rule.name, c, inputs, expected), configs))
     failures = [f"rank {i} {c}: {why}" for i, (c, why) in enumerate(zip(configs, results)) if why]
-    known = KNOWN_SPILLS.get((builder, case, target))
-    if failures and known and all(why.endswith("bytes of spills") for why in results if why):
-        pytest.xfail(f"{known}:\n" + "\n".join(failures))
     assert not failures, "\n".join(failures)

@@ -110,6 +110,7 @@ VALID_ARGS: dict[str, dict[str, object]] = {
     "unroll": {"loop": "C.k"},
     "annotate": {"target": "C.k", "key": "pipeline_stages", "value": 2},
     "storage_align": {"block": "A_shared", "dim": 0, "factor": 8, "offset": 1},
+    "storage_permute": {"block": "A_shared", "dim": 1, "factors": [2, 2], "order": [1, 0]},
     "cache_read": {"block": "C", "buffer": "A_shared", "scope": "local"},
     "cache_write": {"block": "D", "scope": "local"},
     "compute_at": {"block": "C", "loop": "C_local.ax0"},

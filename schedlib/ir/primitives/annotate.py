@@ -1,4 +1,4 @@
-"""Annotation primitives: bind, vectorize, unroll, annotate, storage_align.
+"""Annotation primitives: bind, vectorize, unroll, annotate.
 
 They change how a loop or buffer is realised on the GPU, never what is computed.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from schedlib.ir.expr import as_int
 from schedlib.ir.func import THREAD_TAGS, Func
-from schedlib.ir.primitives.common import check_positive_int, fail, get_block, get_loop
+from schedlib.ir.primitives.common import fail, get_loop
 
 MAX_VECTOR = 16
 MAX_THREADS = 1024
@@ -193,48 +193,3 @@ def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]
     owner, idx = get_loop(func, prim, target, "target")
     ann = (*((k, v) for k, v in owner.loops[idx].annotations if k != key), (key, value))
     return _replace_loop(func, target, annotations=ann), None
-
-
-def storage_align(func: Func, block: str, dim: int, factor: int, offset: int) -> tuple[Func, None]:
-    """Pad the stride of dimension ``dim`` of the buffer ``block`` writes to ``factor * k + offset``.
-
-    Used against shared-memory bank conflicts.  The loop nest is unchanged; the allocation records it.
-
-    Before ``storage_align(f, "A_shared", 0, 32, 1)``::
-
-        alloc A_shared: float32[16, 32] shared
-        for A_shared.ax0 in range(16):
-          for A_shared.ax1 in range(32):
-            block A_shared SS (ax0=A_shared.ax0, ax1=A_shared.ax1):
-              A_shared[ax0, ax1] = A[ax0, ax1]
-        for C.i in range(16):
-          for C.j in range(32):
-            block C SS (i=C.i, j=C.j):
-              C[i, j] = A_shared[i, j] * 2.0
-
-    After (only the allocation changes: rows of A_shared are 33 elements apart)::
-
-        alloc A_shared: float32[16, 32] shared align=[(0, 32, 1)]
-        for A_shared.ax0 in range(16):
-          for A_shared.ax1 in range(32):
-            block A_shared SS (ax0=A_shared.ax0, ax1=A_shared.ax1):
-              A_shared[ax0, ax1] = A[ax0, ax1]
-        for C.i in range(16):
-          for C.j in range(32):
-            block C SS (i=C.i, j=C.j):
-              C[i, j] = A_shared[i, j] * 2.0
-    """
-    prim = "storage_align"
-    blk = get_block(func, prim, block)
-    buf = func.buffer(blk.store)
-    if buf.scope == "global":
-        fail(prim, "block", block, f"writes global buffer {buf.name}; only shared/local buffers can be padded")
-    if len(buf.shape) < 2:
-        fail(prim, "dim", dim, f"{buf.name} has {len(buf.shape)} dimension(s), so no non-last dimension to pad")
-    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(buf.shape) - 1:
-        fail(prim, "dim", dim, f"must index a non-last dimension of {buf.name} (0..{len(buf.shape) - 2})")
-    check_positive_int(prim, "factor", factor)
-    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < factor:
-        fail(prim, "offset", offset, f"must be an integer in [0, factor={factor})")
-    align = (*(a for a in buf.align if a[0] != dim), (dim, factor, offset))
-    return func.with_buffer(replace(buf, align=align)), None
