@@ -24,7 +24,7 @@ def census(*args: str) -> subprocess.CompletedProcess:
 @needs_nvcc
 def test_memory_bound_kernels_load_16_bytes_at_a_time(tmp_path: Path) -> None:
     names = ["gemv_fp16_inner", "rmsnorm_4096", "softmax_32000"]
-    proc = census("--only", *names, "--out", str(tmp_path))
+    proc = census("--only", *names, "--out", str(tmp_path), "--no-banks")
     assert proc.returncode == 0, proc.stderr[-2000:]
     df = pd.read_csv(tmp_path / "census.csv").set_index("workload")
     assert sorted(df.index) == sorted(names)
@@ -34,6 +34,15 @@ def test_memory_bound_kernels_load_16_bytes_at_a_time(tmp_path: Path) -> None:
     assert (df["local"] == 0).all() and (df["spill_bytes"] == 0).all()
     assert df.loc["softmax_32000", "global_stores"].endswith("v4.f32")
     assert "| gemv_fp16_inner | sm_90 |" in (tmp_path / "census.md").read_text()
+    assert "bank_conflict" not in df.columns
+
+
+@needs_nvcc
+def test_the_bank_census_runs_the_first_block_on_the_emulator(tmp_path: Path) -> None:
+    proc = census("--only", "row_sum_4096", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = pd.read_csv(tmp_path / "census.csv").set_index("workload").loc["row_sum_4096"]
+    assert row["bank_conflict"] == "1.0 (sl_red_buf1 load/store)"  # the cross-warp scratch, one word per lane
 
 
 def test_an_unknown_workload_is_refused_with_the_known_ones() -> None:
