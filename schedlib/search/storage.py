@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,7 @@ def _sqlite_storage(url: str) -> RDBStorage:
     about ten commits), readers never block the writer, and a killed process loses nothing it committed."""
     import sqlalchemy
 
-    storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+    storage = _create_rdb(url, sqlalchemy)
 
     @sqlalchemy.event.listens_for(storage.engine, "connect")
     def _pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -109,6 +110,22 @@ def _sqlite_storage(url: str) -> RDBStorage:
 
     storage.engine.dispose()  # connections opened before the listener existed are dropped
     return storage
+
+
+SCHEMA_RACE_TRIES = 5
+
+
+def _create_rdb(url: str, sqlalchemy: Any) -> RDBStorage:
+    """``RDBStorage(url)``, tried again when another process was creating the same new database at that moment:
+    both then insert the schema's version row, and the loser's insert fails on its unique key.  On the next try
+    the schema is there and is only read."""
+    engine_kwargs = {"connect_args": {"timeout": 120}}
+    for attempt in range(SCHEMA_RACE_TRIES - 1):
+        try:
+            return RDBStorage(url, engine_kwargs=engine_kwargs)
+        except sqlalchemy.exc.IntegrityError:
+            time.sleep(0.1 * (attempt + 1))
+    return RDBStorage(url, engine_kwargs=engine_kwargs)
 
 
 def _check_file(path: Path, create: bool, label: str) -> None:

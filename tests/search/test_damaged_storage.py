@@ -163,3 +163,38 @@ def test_an_empty_storage_argument_is_refused() -> None:
         S.tune(toy_func(), "h100", trials=1, storage="", quiet=True)
     with pytest.raises(ValueError, match="storage='' is empty"):
         S.apply_best(toy_func(), "h100", "")
+
+
+def test_a_database_another_process_is_creating_is_opened_once_its_schema_is_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers opening one new SQLite file at the same moment both insert the schema's version row; the
+    loser's insert fails on its unique key.  It opens the database again instead of failing the run."""
+    import optuna
+    import sqlalchemy
+
+    import schedlib.search.storage as storage_mod
+
+    calls = []
+
+    def racing(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
+        calls.append(url)
+        if len(calls) == 1:
+            optuna.storages.RDBStorage(url, **kwargs)  # the other worker creates the schema first
+            raise sqlalchemy.exc.IntegrityError("INSERT INTO alembic_version", (), Exception("UNIQUE constraint"))
+        return optuna.storages.RDBStorage(url, **kwargs)
+
+    monkeypatch.setattr(storage_mod, "RDBStorage", racing)
+    opened, _ = storage_mod.resolve_storage(str(tmp_path / "new.sqlite3"))
+    assert len(calls) == 2 and isinstance(opened, optuna.storages.RDBStorage)
+    assert opened.get_all_studies() == []
+
+    def always(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
+        calls.append(url)
+        raise sqlalchemy.exc.IntegrityError("INSERT INTO alembic_version", (), Exception("UNIQUE constraint"))
+
+    calls.clear()
+    monkeypatch.setattr(storage_mod, "RDBStorage", always)
+    monkeypatch.setattr(storage_mod.time, "sleep", lambda _s: None)
+    with pytest.raises(StorageError, match="cannot be opened as an SQLite database"):
+        storage_mod.resolve_storage(str(tmp_path / "other.sqlite3"))
+    assert len(calls) == storage_mod.SCHEMA_RACE_TRIES
