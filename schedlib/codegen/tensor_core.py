@@ -36,7 +36,7 @@ from schedlib.codegen.kernel_writer import (
 from schedlib.codegen.layout import flatten
 from schedlib.codegen.mma_pattern import COPY_ELEMENTS, MmaPlan, Operand, plan
 from schedlib.errors import BuildError
-from schedlib.ir.expr import Const, Expr, Load, Var
+from schedlib.ir.expr import Const, Expr, Load, Var, as_int
 from schedlib.ir.func import Block, Buffer, Func
 from schedlib.ir.simplify import map_children, simplify, substitute
 
@@ -228,14 +228,28 @@ class TensorCoreWriter:
         self.loop("sl_e", 4)  # accumulator element e: row g + 8 * (e >> 1), column 2t + (e & 1)
         self.emit(f"const int sl_row = {self._origin(p.m)} + sl_wm + sl_mt * 16 + sl_g + ((sl_e >> 1) << 3);")
         self.emit(f"const int sl_col = {self._origin(p.n)} + sl_wn + sl_nt * 8 + (sl_t << 1) + (sl_e & 1);")
-        self.open(f"if (sl_row < {self._e(p.extent(p.m))} && sl_col < {self._e(p.extent(p.n))})")
+        guard = self.bounds_guard()
+        if guard:
+            self.open(f"if ({guard})")
         self.emit(f"const float {ACC} = sl_acc[sl_mt][sl_nt][sl_e];")
         cast = f"static_cast<{ctype(out.dtype)}>({self._e(value)})"
         self.emit(store(cast) if store else f"{mangle(out.name)}[{self._e(target)}] = {cast};")
+        if guard:
+            self.close()
         self.close()
         self.close()
         self.close()
-        self.close()
+
+    def bounds_guard(self) -> str:
+        """``sl_row < M && sl_col < N``, without the parts the block tiles divide (every block is whole there,
+        and a guard left in keeps nvcc from sharing the epilogue's loads between accumulator rows)."""
+        p = self.plan
+        parts = []
+        for axis, name in ((p.m, "sl_row"), (p.n, "sl_col")):
+            extent = as_int(p.extent(axis))
+            if extent is None or extent % p.tile[axis]:
+                parts.append(f"{name} < {self._e(p.extent(axis))}")
+        return " && ".join(parts)
 
     def _block_index(self) -> None:
         """Block row/column of this block; with raster G, ids run down G block rows, then across."""

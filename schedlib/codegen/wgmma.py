@@ -254,8 +254,8 @@ class WgmmaWriter(TensorCoreWriter):
         chunks, per_row = bm * bn // ch, bn // ch
         self.open_chunks(chunks, per_row, threads)
         self.emit(f"const int sl_row = {om} + sl_r, sl_col = {on} + sl_q * {ch};")
-        self.emit(f"if (sl_row < {self._e(p.extent(p.m))} && sl_col < {self._e(p.extent(p.n))}) "
-                  f"SL_VSTORE(uint4, {mangle(out.name)}, {self._e(target)}, "
+        guard = self.bounds_guard()
+        self.emit(f"{f'if ({guard}) ' if guard else ''}SL_VSTORE(uint4, {mangle(out.name)}, {self._e(target)}, "
                   f"SL_VLOAD(uint4, sl_out_s, sl_r * {ld} + sl_q * {ch}));")
         self.close_chunks(chunks, threads)
 

@@ -126,3 +126,14 @@ def test_fp32_operands_and_bad_annotations_are_refused() -> None:
     sch.annotate(by, "raster", 0)
     with pytest.raises(sl.BuildError, match=r"annotation raster=0 is not an integer in 1\.\.16"):
         sl.build(sch, "h100")
+
+
+@pytest.mark.parametrize(("m", "n", "guard"), [(128, 128, None), (100, 128, "if (sl_row < 100)"),
+                                               (128, 72, "if (sl_col < 72)"), (100, 72, "if (sl_row < 100 && sl_col < 72)")])
+def test_the_epilogue_guards_only_the_dims_the_tiles_do_not_divide(m: int, n: int, guard: str | None) -> None:
+    """A guard that always holds keeps nvcc from sharing a bias load between the rows of a fragment."""
+    f = sl.workloads.matmul(m, n, 64, "float16", epilogue="bias_relu")
+    src = sl.build(MATMUL.apply(f, "a100", tc_config(64, 64, 32, 32, 32, 2)), "a100").source
+    body = src.split("prelude ----")[-1].split("sl_acc[sl_mt][sl_nt][sl_e];")[0].rsplit("\n", 3)[-3:]
+    guards = [line.strip() for line in body if line.strip().startswith("if (sl_")]
+    assert guards == ([] if guard is None else [guard + " {"]), body
