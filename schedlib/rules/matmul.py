@@ -166,6 +166,18 @@ class MatmulRule(Rule):
         ), check)
 
     @staticmethod
+    def _interleaved_width(s: Schedule, facts: MatmulFacts, tn: int, b_shared: str) -> int | None:
+        """B_shared's row width when the SIMT template interleaves it: a thread owns two 16-byte runs of columns
+        (fp32 ``thread_n`` = 8) and N is whole vectors (a ragged edge's guard would split one); else None."""
+        chunk = 16 // facts.in_bytes
+        width = as_int(s.func.buffer(b_shared).shape[-1])  # the block tile, or less where N is smaller
+        n = as_int(facts.extents[facts.n])
+        if (facts.b_contig != facts.n or tn != 2 * chunk or width is None or width % tn or n is None
+                or n % chunk):
+            return None
+        return width
+
+    @staticmethod
     def _registers(c: Config) -> int:
         return c["thread_m"] * c["thread_n"] + c["thread_m"] + c["thread_n"] + REGISTER_OVERHEAD
 
@@ -260,25 +272,29 @@ class MatmulRule(Rule):
         s.bind(ty, "threadIdx.y")
         s.bind(tx, "threadIdx.x")
         wb, copies = tc.stage_operands_and_epilogue(s, facts, C, tx, ko)
+        chunk = 16 // facts.in_bytes  # elements per 16-byte shared access
+        width = self._interleaved_width(s, facts, tn, copies[1])
         for shared in copies:  # the cooperative, vectorized copy: every thread moves vec elements per step
-            fused = s.fuse(*s.get_loops(shared))
-            _, fy, fx, fv = s.split(fused, [None, ty_n, tx_n, vec])
+            loops = s.get_loops(shared)
+            if shared == copies[1] and width and vec == chunk:
+                # in storage order: consecutive lanes fill consecutive 16-byte slots of the permuted rows
+                *outer, cols = loops
+                t, h, fv = s.split(cols, [width // tn, 2, chunk])
+                s.reorder(*outer, h, t, fv)
+                _, fy, fx = s.split(s.fuse(*outer, h, t), [None, ty_n, tx_n])
+            else:
+                _, fy, fx, fv = s.split(s.fuse(*loops), [None, ty_n, tx_n, vec])
             s.bind(fy, "threadIdx.y")
             s.bind(fx, "threadIdx.x")
             if vec > 1:
                 s.vectorize(fv)
-        chunk = 16 // facts.in_bytes  # elements per 16-byte shared load
         runs = [jn]
-        b_shared = copies[1]
-        width = as_int(s.func.buffer(b_shared).shape[-1])  # the block tile, or less where N is smaller
-        n = as_int(facts.extents[facts.n])  # whole vectors only: a ragged edge's guard would split one
-        if (facts.b_contig == facts.n and tn == 2 * chunk and width is not None and width % tn == 0
-                and n is not None and n % chunk == 0):
+        if width:
             # The thread's tn columns are two 16-byte loads.  Stored as they are, a quarter warp's first
-            # loads fall 32 bytes apart (two lanes per bank group); interleaving the threads' chunks makes
+            # loads fall 32 bytes apart (two lanes per bank group); interleaving the threads' runs makes
             # each load one 128-byte row.  The reads are written as vector loads, as the GPU runs them.
-            last = len(s.func.buffer(b_shared).shape) - 1
-            s.storage_permute(b_shared, last, [width // tn, 2, chunk], [1, 0, 2])
+            last = len(s.func.buffer(copies[1]).shape) - 1
+            s.storage_permute(copies[1], last, [width // tn, 2, chunk], [1, 0, 2])
             runs = s.split(jn, [2, chunk])
         init = s.decompose_reduction(C, ko)
         for lp in (ki, im, *runs[:-1], *s.get_loops(init), *s.get_loops(wb)):

@@ -129,7 +129,8 @@ def test_fp32_operands_and_bad_annotations_are_refused() -> None:
 
 
 @pytest.mark.parametrize(("m", "n", "guard"), [(128, 128, None), (100, 128, "if (sl_row < 100)"),
-                                               (128, 72, "if (sl_col < 72)"), (100, 72, "if (sl_row < 100 && sl_col < 72)")])
+                                               (128, 72, "if (sl_col < 72)"),
+                                               (100, 72, "if (sl_row < 100 && sl_col < 72)")])
 def test_the_epilogue_guards_only_the_dims_the_tiles_do_not_divide(m: int, n: int, guard: str | None) -> None:
     """A guard that always holds keeps nvcc from sharing a bias load between the rows of a fragment."""
     f = sl.workloads.matmul(m, n, 64, "float16", epilogue="bias_relu")
