@@ -33,22 +33,30 @@ from dataclasses import dataclass
 from schedlib.codegen.cuda_expr import ctype, mangle
 from schedlib.codegen.kernel_writer import KernelSpec
 from schedlib.codegen.mma_pattern import Operand, fail
-from schedlib.codegen.tensor_core import TensorCoreWriter
+from schedlib.codegen.tensor_core import ACC, TensorCoreWriter
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Var, as_int
 from schedlib.ir.func import Block, Func
+from schedlib.ir.simplify import substitute
 
 WGMMA_N = (16, 32, 64, 128, 256)  # warp tile widths the wrappers in cuda_wgmma.cuh provide
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 62-63 per swizzle width in bytes
 ALIGN = 1024  # a 128-byte swizzle pattern repeats every 1024 bytes; slots start on that boundary
 ARCH = "sm_90a"
-STAGE_ROW_PAD = 16  # bytes after each staged output row: rows 8 apart land on other banks
+
+
+def stage_row_pad(out_bytes: int) -> int:
+    """Bytes after each staged output row.  Each thread stores its columns ``2t, 2t + 1`` of rows ``g`` and
+    ``g + 8`` as one pair; a pad that puts row ``g`` 4 words (16-bit outputs: pairs of 4 bytes, 32 lanes in one
+    phase) or 8 words (fp32: pairs of 8 bytes, 16 lanes per phase) further along the banks than row ``g - 1``
+    gives every lane of a phase its own banks."""
+    return 32 if out_bytes >= 4 else 16
 
 
 def staging_bytes(block_m: int, block_n: int) -> int:
     """Shared memory the output tile is staged in, sized for fp32 outputs (the widest), so that the rule can
     size the allocation without knowing the output type."""
-    return block_m * (block_n * 4 + STAGE_ROW_PAD)
+    return block_m * (block_n * 4 + stage_row_pad(4))
 
 
 @dataclass(frozen=True)
@@ -245,11 +253,15 @@ class WgmmaWriter(TensorCoreWriter):
         p = self.plan
         _, out, target = self._writeback_parts()
         bm, bn, ch = p.tile[p.m], p.tile[p.n], self.chunk
-        ld = bn + STAGE_ROW_PAD // BYTES[out.dtype]
+        ld = bn + stage_row_pad(BYTES[out.dtype]) // BYTES[out.dtype]
         om, on = self._origin(p.m), self._origin(p.n)
         self.emit("__syncthreads();  // every warpgroup's wgmmas are done: the ring now stages the output tile")
-        self._consumers_only(consumers, threads, lambda: self._epilogue(
-            lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};"))
+        if "sl_col" in self.bounds_guard():  # a pair may straddle the last column: element by element
+            self._consumers_only(consumers, threads, lambda: self._epilogue(
+                lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};"))
+        else:
+            self._consumers_only(consumers, threads, lambda: self._staged_pairs(f"(sl_row - {om}) * {ld} + "
+                                                                                f"(sl_col - {on})"))
         self.emit("__syncthreads();")
         chunks, per_row = bm * bn // ch, bn // ch
         self.open_chunks(chunks, per_row, threads)
@@ -258,6 +270,34 @@ class WgmmaWriter(TensorCoreWriter):
         self.emit(f"{f'if ({guard}) ' if guard else ''}SL_VSTORE(uint4, {mangle(out.name)}, {self._e(target)}, "
                   f"SL_VLOAD(uint4, sl_out_s, sl_r * {ld} + sl_q * {ch}));")
         self.close_chunks(chunks, threads)
+
+    def _staged_pairs(self, index: str) -> None:
+        """The epilogue into the staging tile, each thread's two neighbouring columns of a row (accumulator
+        elements ``2h`` and ``2h + 1``) stored as one 4- or 8-byte pair at ``sl_out_s[index]``."""
+        p = self.plan
+        wm, wn = p.warp
+        value, out, _ = self._writeback_parts()
+        t = ctype(out.dtype)
+        pair = {2: "unsigned", 4: "uint2"}[BYTES[out.dtype]]
+        self.loop("sl_mt", wm // 16)
+        self.loop("sl_nt", wn // 8)
+        self.loop("sl_h", 2)  # row g + 8h: accumulator elements 2h (column 2t) and 2h + 1 (column 2t + 1)
+        self.emit(f"const int sl_row = {self._origin(p.m)} + sl_wm + sl_mt * 16 + sl_g + (sl_h << 3);")
+        self.emit(f"const int sl_col = {self._origin(p.n)} + sl_wn + sl_nt * 8 + (sl_t << 1);")
+        guard = self.bounds_guard()
+        if guard:
+            self.open(f"if ({guard})")
+        self.emit(f"__align__({2 * BYTES[out.dtype]}) {t} sl_pair[2];")
+        for i in range(2):
+            element = substitute(value, {"sl_col": Var("sl_col") + i}) if i else value
+            self.emit(f"{{ const float {ACC} = sl_acc[sl_mt][sl_nt][sl_h * 2 + {i}]; "
+                      f"sl_pair[{i}] = static_cast<{t}>({self._e(element)}); }}")
+        self.emit(f"SL_VSTORE_REGS({pair}, sl_out_s, {index}, sl_pair);")
+        if guard:
+            self.close()
+        self.close()
+        self.close()
+        self.close()
 
     def _assemble_wgmma(self, threads: int, smem: dict[str, str]) -> tuple[str, KernelSpec]:
         p = self.plan

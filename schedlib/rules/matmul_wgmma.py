@@ -41,7 +41,7 @@ WARPGROUP_ROWS = 64
 N_VALUES = (16, 32, 64, 128, 256)  # wgmma N = warp tile width = 4 * thread_n
 BLOCK_K = (16, 32, 64)
 ALIGN = 1024  # ring slots start on 1 KiB (128-byte swizzle) boundaries; the allocation carries 1 KiB of slack
-STAGE_ROW_PAD = 16  # codegen stages the output tile in shared memory, rows padded by 16 bytes (fp32: widest)
+STAGE_ROW_PAD = 32  # codegen stages the output tile in shared memory, rows padded by 32 bytes (fp32: widest)
 REGISTER_OVERHEAD = 48  # descriptors, copy indices, loop counters (per thread)
 TMA_REGISTER_OVERHEAD = 32  # no copy indices: ptxas gave the 64x256 TMA kernel 154 registers (128 accumulators)
 EXCLUSIVE = {"block_n": (256,), "block_k": (64,), "thread_n": (32, 64)}  # knob values only wgmma configs take

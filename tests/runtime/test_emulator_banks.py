@@ -170,3 +170,21 @@ def test_the_simt_matmul_interleaves_b_so_its_16_byte_reads_are_conflict_free(rn
         df = sl.build(schedule, "h100").bank_conflicts(A, B, blocks=1)
         b = df[df["buffer"] == "B_shared"].set_index("op")["conflict"]
         assert (b["vector load"], b["vector store"]) == (ways, ways), df.to_string()
+
+
+@pytest.mark.parametrize(("out", "n", "store", "worst"), [("float32", 128, ("vector store", 8), 1.0),
+                                                           ("bfloat16", 128, ("vector store", 4), 1.0),
+                                                           ("float32", 120, ("load/store", 4), 2.0)])
+def test_the_wgmma_epilogue_stages_column_pairs(rng: np.random.Generator, out: str, n: int, store: tuple,
+                                                worst: float) -> None:
+    """Each thread's two neighbouring columns go to the staging tile as one 4- or 8-byte store, and the rows'
+    padding gives every lane of a phase its own banks (fp32 too).  A ragged N stores element by element (a
+    pair could straddle the last column); for fp32 that pattern conflicts two ways whatever the padding."""
+    f = sl.workloads.matmul(128, n, 64, "float16", out_dtype=out)
+    kernel = sl.build(sl.rules.apply_default(f, "h100"), "h100")
+    inputs = _inputs(f, rng)
+    df = kernel.bank_conflicts(*inputs, blocks=1).set_index("op")
+    assert (df.loc[store[0], "bytes"], df.loc[store[0], "conflict"]) == (store[1], worst), df.to_string()
+    want = sl.run_reference(f, dict(zip(f.inputs, inputs)))[f.outputs[0]]
+    np.testing.assert_allclose(np.asarray(kernel.run_cpu(*inputs), np.float64), np.asarray(want, np.float64),
+                               rtol=2e-2, atol=2e-2)
