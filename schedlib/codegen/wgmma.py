@@ -21,8 +21,10 @@ the registers the warps' mma lanes would hold, so the epilogue is the mma path's
   async proxy: every thread fences (``fence.proxy.async``) after its copies land and before the barrier.
 * The epilogue is evaluated per accumulator element as on the mma path, but stored into the (now idle) ring's
   shared memory and written out row by row in 16-byte chunks: one block fills an SM here, so its scattered
-  2- or 4-byte stores would not overlap any other block's work.  Outputs whose rows are not whole 16-byte
-  chunks (or whose last dimension is not the n axis) are stored directly instead.
+  2- or 4-byte stores would not overlap any other block's work.  Into the staging tile each thread stores its
+  two neighbouring columns of a row as one pair (element by element where N is ragged), in rows padded so that
+  a phase's pairs fall on distinct banks.  Outputs whose rows are not whole 16-byte chunks (or whose last
+  dimension is not the n axis) are stored directly instead.
 """
 
 from __future__ import annotations
