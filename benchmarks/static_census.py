@@ -33,6 +33,7 @@ from gpu_suite import SUITE
 
 import schedlib as sl
 from schedlib.ir.dtype import numpy_dtype
+from schedlib.ir.expr import as_int
 from schedlib.report import markdown_table
 from schedlib.runtime.emulator import find_gxx
 from schedlib.runtime.nvcc import find_nvcc, ptx
@@ -72,7 +73,7 @@ def census(spec: WorkloadSpec, target: str, banks: bool = True) -> dict[str, obj
 def worst_bank_conflict(kernel: sl.Kernel) -> str:
     """``"2.0 (B_shared vector load)"`` for the worst shared access of the first block; ``"-"`` with none."""
     func = kernel.func
-    inputs = [np.zeros([int(str(d)) for d in func.buffer(n).shape], numpy_dtype(func.buffer(n).dtype))
+    inputs = [np.zeros([as_int(d) for d in func.buffer(n).shape], numpy_dtype(func.buffer(n).dtype))
               for n in func.inputs]  # the census looks at addresses only
     sites = kernel.bank_conflicts(*inputs, blocks=1)
     if sites.empty:

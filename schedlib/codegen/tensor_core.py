@@ -15,7 +15,8 @@
 * Fragments: A via ``ldmatrix.x4`` (``.trans`` when A is stored K x M), B two n8 tiles per ``ldmatrix.x4``
   (``.trans`` when B is stored K x N), so all four layouts read shared memory with 16-byte rows.
 * Epilogue: every accumulator element is owned by the lane the IR's lane loop gives it; the write-back
-  block's expression (bias, residual, activation, cast) is evaluated there and stored under bounds guards.
+  block's expression (bias, residual, activation, cast) is evaluated there and stored, guarded along the
+  dimensions the block tiles do not divide.
 * Raster: blocks are renumbered so that consecutive block ids walk ``raster`` block rows column by column.
 """
 
@@ -220,36 +221,46 @@ class TensorCoreWriter:
     def _epilogue(self, store: Callable[[str], str] | None = None) -> None:
         """Every accumulator element through the write-back expression, stored by ``store(value)`` (default:
         straight to its place in the output, under the bounds guard)."""
-        p = self.plan
-        wm, wn = p.warp
         value, out, target = self._writeback_parts()
-        self.loop("sl_mt", wm // 16)
-        self.loop("sl_nt", wn // 8)
-        self.loop("sl_e", 4)  # accumulator element e: row g + 8 * (e >> 1), column 2t + (e & 1)
-        self.emit(f"const int sl_row = {self._origin(p.m)} + sl_wm + sl_mt * 16 + sl_g + ((sl_e >> 1) << 3);")
-        self.emit(f"const int sl_col = {self._origin(p.n)} + sl_wn + sl_nt * 8 + (sl_t << 1) + (sl_e & 1);")
-        guard = self.bounds_guard()
-        if guard:
-            self.open(f"if ({guard})")
+        blocks = self._open_fragment(pairs=False)
         self.emit(f"const float {ACC} = sl_acc[sl_mt][sl_nt][sl_e];")
         cast = f"static_cast<{ctype(out.dtype)}>({self._e(value)})"
         self.emit(store(cast) if store else f"{mangle(out.name)}[{self._e(target)}] = {cast};")
-        if guard:
+        for _ in range(blocks):
             self.close()
-        self.close()
-        self.close()
-        self.close()
+
+    def _open_fragment(self, pairs: bool) -> int:
+        """Open the loops over this thread's accumulator elements, one element per iteration (with ``pairs``: the
+        two neighbouring columns of one row, elements ``2h`` and ``2h + 1``), defining ``sl_row`` / ``sl_col``
+        (the pair's first column) inside the bounds guard.  Returns how many blocks to close."""
+        p = self.plan
+        wm, wn = p.warp
+        self.loop("sl_mt", wm // 16)
+        self.loop("sl_nt", wn // 8)
+        if pairs:
+            self.loop("sl_h", 2)  # row g + 8h: accumulator elements 2h (column 2t) and 2h + 1 (column 2t + 1)
+            half, column = "sl_h", ""
+        else:
+            self.loop("sl_e", 4)  # accumulator element e: row g + 8 * (e >> 1), column 2t + (e & 1)
+            half, column = "(sl_e >> 1)", " + (sl_e & 1)"
+        self.emit(f"const int sl_row = {self._origin(p.m)} + sl_wm + sl_mt * 16 + sl_g + ({half} << 3);")
+        self.emit(f"const int sl_col = {self._origin(p.n)} + sl_wn + sl_nt * 8 + (sl_t << 1){column};")
+        guard = self.bounds_guard()
+        if guard:
+            self.open(f"if ({guard})")
+        return 4 if guard else 3
+
+    def ragged(self, axis: str) -> bool:
+        """Whether the block tiles leave a partial block along ``axis`` (or its extent is symbolic)."""
+        extent = as_int(self.plan.extent(axis))
+        return extent is None or extent % self.plan.tile[axis] != 0
 
     def bounds_guard(self) -> str:
         """``sl_row < M && sl_col < N``, without the parts the block tiles divide (every block is whole there,
         and a guard left in keeps nvcc from sharing the epilogue's loads between accumulator rows)."""
         p = self.plan
-        parts = []
-        for axis, name in ((p.m, "sl_row"), (p.n, "sl_col")):
-            extent = as_int(p.extent(axis))
-            if extent is None or extent % p.tile[axis]:
-                parts.append(f"{name} < {self._e(p.extent(axis))}")
-        return " && ".join(parts)
+        return " && ".join(f"{name} < {self._e(p.extent(axis))}"
+                           for axis, name in ((p.m, "sl_row"), (p.n, "sl_col")) if self.ragged(axis))
 
     def _block_index(self) -> None:
         """Block row/column of this block; with raster G, ids run down G block rows, then across."""

@@ -101,7 +101,8 @@ class VectorAccess:
     def _aligned_base(self, buf: Buffer, indices: tuple[Expr, ...], lp: Loop, width: int) -> Expr | None:
         """Flat index of lane 0 when the ``width`` lanes of ``lp`` access ``buf[base : base + width]`` with
         ``base`` a multiple of ``width``; else None."""
-        base = aligned_base(self._flat(buf, indices), lp.name, width)
+        flat = self._flat(buf, indices)
+        base = aligned_base(flat, lp.name, width)
         if base is not None or not buf.permute:
             return base
         # A storage_permute that keeps its innermost digit innermost moves aligned runs of that digit whole.
@@ -117,7 +118,7 @@ class VectorAccess:
             return None
         if aligned_base(self._flat(replace(buf, permute=()), indices), lp.name, width) is None:
             return None
-        return simplify(substitute(self._flat(buf, indices), {lp.name: Const(0)}), self.ranges)
+        return simplify(substitute(flat, {lp.name: Const(0)}), self.ranges)
 
     def _widen(self, buffer: str, indices: tuple[Expr, ...], lp: Loop, width: int) -> _Access | None:
         buf = self.func.buffer(buffer)

@@ -258,7 +258,7 @@ class WgmmaWriter(TensorCoreWriter):
         ld = bn + stage_row_pad(BYTES[out.dtype]) // BYTES[out.dtype]
         om, on = self._origin(p.m), self._origin(p.n)
         self.emit("__syncthreads();  // every warpgroup's wgmmas are done: the ring now stages the output tile")
-        if "sl_col" in self.bounds_guard():  # a pair may straddle the last column: element by element
+        if self.ragged(p.n):  # a pair may straddle the last column: element by element
             self._consumers_only(consumers, threads, lambda: self._epilogue(
                 lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};"))
         else:
@@ -276,30 +276,18 @@ class WgmmaWriter(TensorCoreWriter):
     def _staged_pairs(self, index: str) -> None:
         """The epilogue into the staging tile, each thread's two neighbouring columns of a row (accumulator
         elements ``2h`` and ``2h + 1``) stored as one 4- or 8-byte pair at ``sl_out_s[index]``."""
-        p = self.plan
-        wm, wn = p.warp
         value, out, _ = self._writeback_parts()
         t = ctype(out.dtype)
         pair = {2: "unsigned", 4: "uint2"}[BYTES[out.dtype]]
-        self.loop("sl_mt", wm // 16)
-        self.loop("sl_nt", wn // 8)
-        self.loop("sl_h", 2)  # row g + 8h: accumulator elements 2h (column 2t) and 2h + 1 (column 2t + 1)
-        self.emit(f"const int sl_row = {self._origin(p.m)} + sl_wm + sl_mt * 16 + sl_g + (sl_h << 3);")
-        self.emit(f"const int sl_col = {self._origin(p.n)} + sl_wn + sl_nt * 8 + (sl_t << 1);")
-        guard = self.bounds_guard()
-        if guard:
-            self.open(f"if ({guard})")
+        blocks = self._open_fragment(pairs=True)
         self.emit(f"__align__({2 * BYTES[out.dtype]}) {t} sl_pair[2];")
         for i in range(2):
             element = substitute(value, {"sl_col": Var("sl_col") + i}) if i else value
             self.emit(f"{{ const float {ACC} = sl_acc[sl_mt][sl_nt][sl_h * 2 + {i}]; "
                       f"sl_pair[{i}] = static_cast<{t}>({self._e(element)}); }}")
         self.emit(f"SL_VSTORE_REGS({pair}, sl_out_s, {index}, sl_pair);")
-        if guard:
+        for _ in range(blocks):
             self.close()
-        self.close()
-        self.close()
-        self.close()
 
     def _assemble_wgmma(self, threads: int, smem: dict[str, str]) -> tuple[str, KernelSpec]:
         p = self.plan

@@ -72,15 +72,18 @@ def _fixed_loops(func: Func, host: Block, idx: int, scope: str) -> set[str]:
     the region covers all threads, and the threads' own loops then share out the copy.
     """
     loops = func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]
-    return {lp.name for lp in loops
-            if not (scope == "shared" and lp.thread is not None and lp.thread.startswith("threadIdx"))}
+    return {lp.name for lp in loops if not (scope == "shared" and _per_thread(lp))}
+
+
+def _per_thread(lp: Loop) -> bool:
+    return lp.thread is not None and lp.thread.startswith("threadIdx")
 
 
 def _threads_inside_the_box(host: Block, chain: list[Loop], fixed: set[str],
                             region: list[tuple[Expr, Expr]]) -> list[str]:
     """Fixed ``threadIdx`` loops whose step in a stored index is smaller than the region's extent there: the
     box of one thread then reaches into the tiles of the threads next to it."""
-    threads = {lp.name for lp in chain if lp.name in fixed and lp.thread and lp.thread.startswith("threadIdx")}
+    threads = {lp.name for lp in chain if lp.name in fixed and _per_thread(lp)}
     binding = {a.name: b for a, b in zip(host.axes, host.bindings)}
     out: list[str] = []
     for index, (_, extent) in zip(host.store_indices, region):

@@ -44,6 +44,18 @@ struct SiteTotals {
   std::string kernel, buffer, op;
   unsigned bytes = 0;
   unsigned long long requests = 0, wavefronts = 0, ideal = 0;
+
+  void absorb(const SiteTotals& o) {  // the first part names the site
+    if (!requests) {
+      kernel = o.kernel;
+      buffer = o.buffer;
+      op = o.op;
+      bytes = o.bytes;
+    }
+    requests += o.requests;
+    wavefronts += o.wavefronts;
+    ideal += o.ideal;
+  }
 };
 
 struct BankCensus {
@@ -148,34 +160,17 @@ inline void bank_fold(const BlockCtx* b, bool block_end) {
   }
   std::map<const void*, SiteTotals> block;
   for (const auto& [key, lanes] : requests) {
-    SiteTotals& s = block[key.site];
-    if (!s.requests) {
-      const BankAccess& first = *lanes.front().second;
-      s.kernel = b->kernel;
-      s.buffer = first.buffer;
-      s.op = first.op;
-      s.bytes = first.bytes;
-    }
-    s.requests += 1;
-    bank_cost(lanes, s.wavefronts, s.ideal);
+    const BankAccess& first = *lanes.front().second;
+    SiteTotals one{b->kernel, first.buffer, first.op, first.bytes, 1, 0, 0};
+    bank_cost(lanes, one.wavefronts, one.ideal);
+    block[key.site].absorb(one);
   }
   for (auto& v : log.accesses) v.clear();
   if (block_end)
     for (auto& m : log.seen) m.clear();
   BankCensus& census = bank_census();
   std::lock_guard<std::mutex> lock(census.mu);
-  for (auto& [site, s] : block) {
-    SiteTotals& total = census.sites[site];
-    if (!total.requests) {
-      total.kernel = s.kernel;
-      total.buffer = s.buffer;
-      total.op = s.op;
-      total.bytes = s.bytes;
-    }
-    total.requests += s.requests;
-    total.wavefronts += s.wavefronts;
-    total.ideal += s.ideal;
-  }
+  for (const auto& [site, s] : block) census.sites[site].absorb(s);
 }
 
 inline void banks_reset(long long max_blocks) {
