@@ -27,6 +27,11 @@ in proportion to how far one wave's working set of such data exceeds the usable 
 count one 4-byte bank slot per element a thread loads into registers, plus the staging copies; mma
 operands instead move as ldmatrix rows, each warp reading its warp tile once per k.
 
+A row kernel that reads its input again in later passes (``Tiling.rereads``: a softmax's max, sum and
+output passes) pays for each pass at the level that keeps the rows in flight: shared memory when the
+rule stages them there, L1 when they fit beside the blocks' shared memory, else L2, spilling to DRAM
+past the usable L2.
+
 Compute: arithmetic runs at the FP32 lane rate (the main block at the tensor-core peak when the tiling
 says so) and every instruction, loads included, takes an issue slot; threads with no point left still
 issue their step; a cross-thread reduction adds log2(threads combining) serial shuffle levels.
@@ -130,6 +135,41 @@ def _staged(problem: Problem, tiling: Tiling, geo: Geometry) -> set[str]:
     return set(need) if 0.9 * tiling.shared_bytes <= total <= tiling.shared_bytes * 1.001 else set()
 
 
+def _later_passes(problem: Problem, tiling: Tiling, geo: Geometry, loads: list, staged: set[str], bps: int,
+                  profile: HardwareProfile) -> tuple[float, float, float, float]:
+    """What a block's further passes over its input tiles (``Tiling.rereads``) cost: L2 bytes and DRAM bytes
+    for the whole grid, and shared/L1 port bytes and load instructions per block.
+
+    A staged input is read from shared memory.  Otherwise the pass goes to global memory: L1 keeps the
+    resident blocks' tiles when they fit in the part of the unified L1/shared array that their shared
+    memory leaves free (the array is taken as ``shared_memory_per_sm``, a little under its real size), else
+    L2 serves them, and DRAM the share of one wave's tiles that exceeds the usable L2."""
+    if not tiling.rereads:
+        return 0.0, 0.0, 0.0, 0.0
+    vector = max(1, int(tiling.vector))
+    block_bytes = port = instr = 0.0
+    for t in loads:
+        again = int(tiling.rereads.get(t.access.buffer, 0))
+        if again <= 0:
+            continue
+        elements = t.block_bytes / t.factor / t.access.nbytes
+        port += again * elements * max(t.access.nbytes, 4)
+        instr += again * elements / vector
+        if t.access.buffer not in staged:
+            block_bytes += again * t.block_bytes
+    if block_bytes == 0:
+        return 0.0, 0.0, port, instr
+    resident = max(1, bps)
+    l1_free = profile.shared_memory_per_sm - resident * profile.shared_allocation(int(tiling.shared_bytes))
+    footprint = sum(t.block_bytes for t in loads if t.access.buffer in tiling.rereads)
+    if resident * footprint <= l1_free:
+        return 0.0, 0.0, port, instr
+    wave_set = footprint * min(geo.grid, resident * profile.sm_count)
+    overflow = min(1.0, max(0.0, 1.0 - L2_USABLE_FRACTION * profile.l2_bytes / wave_set))
+    total = block_bytes * geo.grid
+    return total, total * overflow, port, instr
+
+
 def _traffic(problem: Problem, geo: Geometry, resident: int, sector: int, raster: int = 1) -> tuple:
     """Per-access traffic and its sums: L2 bytes, the wave's re-read working set, one block's
     footprint, useful bytes and re-read bytes."""
@@ -181,15 +221,18 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     usable_l2 = L2_USABLE_FRACTION * profile.l2_bytes
     overflow = min(1.0, max(0.0, 1.0 - usable_l2 / wave_set)) if wave_set > 0 else 0.0
     dram_bytes = max(compulsory, min(l2_bytes, compulsory + rereads * overflow))
+    staged = _staged(problem, tiling, geo)
+    pass_l2, pass_dram, pass_port, pass_instr = _later_passes(problem, tiling, geo, loads, staged, bps, profile)
+    l2_bytes += pass_l2
+    dram_bytes += pass_dram
 
     # ---- shared memory / L1 port -----------------------------------------------------------------
-    staged = _staged(problem, tiling, geo)
     thread_tile = {a: max(1, int(v)) for a, v in tiling.thread_tile.items() if a in geo.padded}
     spatial_threads = math.prod(-(-geo.padded[a] // v) for a, v in thread_tile.items())
     reduce_threads = max(1.0, threads / max(1, spatial_threads))
     reduce_per_thread = math.prod(geo.padded[r] for r in problem.reduce) / reduce_threads
-    port_block = sum(t.block_bytes for t in stores)
-    mem_instr_block = sum(t.block_bytes / t.access.nbytes for t in stores)  # one store per element
+    port_block = pass_port + sum(t.block_bytes for t in stores)
+    mem_instr_block = pass_instr + sum(t.block_bytes / t.access.nbytes for t in stores)  # one store per element
     vector = max(1, int(tiling.vector))
     warp_tile = tiling.warp_tile
     for (acc, spatial, has_reduce), t in zip(problem.load_shape, loads):
@@ -220,6 +263,10 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     simt_instr_block = tc_flops_block = useful_simt = useful_tc = 0.0
     combine_cycles = 0.0  # one block's cross-thread reductions, serial
     passes = 0  # loop steps over global inputs one block waits on, one after the other
+    # With its re-read inputs staged in shared memory, a row kernel waits on global memory in its first
+    # pass only (the copy); the later passes read shared memory.
+    staged_rows = bool(tiling.rereads) and all(b in staged for b in tiling.rereads)
+    waited = False
     for w in problem.work:
         launched = math.prod(geo.padded[t.axis] if t.axis else t.extent for t in w.terms)
         # every thread runs its share of the points; a thread with nothing to do still issues its step
@@ -238,7 +285,8 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
                 levels = math.log2(coop)
                 combine_cycles += levels * COMBINE_LEVEL_CYCLES + (BARRIER_CYCLES if coop > profile.warp_size else 0)
                 mem_instr_block += 2 * levels * threads
-        if w.reads_input:
+        if w.reads_input and not (staged_rows and waited):
+            waited = True
             passes += math.prod(-(-geo.tile[t.axis] // geo.step[t.axis]) for t in w.terms if t.axis)
     # SIMT arithmetic runs at the FP32 lane rate, and every instruction (loads and stores too) takes an
     # issue slot: 4 schedulers x 32 threads per clock per SM.  On GPUs with as many FP32 lanes as issue

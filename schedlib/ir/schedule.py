@@ -183,8 +183,11 @@ class Schedule:
     def storage_permute(self, block: str, dim: int, factors: Sequence[int], order: Sequence[int]) -> None:
         self._apply("storage_permute", block=block, dim=dim, factors=list(factors), order=list(order))
 
-    def cache_read(self, block: str, buffer: str | int, scope: str) -> str:
-        return self._apply("cache_read", block=block, buffer=buffer, scope=scope)
+    def cache_read(self, block: str, buffer: str | int, scope: str, consumers: Sequence[str] | None = None) -> str:
+        if consumers is None:  # traces of single-reader copies keep their old form
+            return self._apply("cache_read", block=block, buffer=buffer, scope=scope)
+        return self._apply("cache_read", block=block, buffer=buffer, scope=scope,
+                           consumers=list(consumers) if isinstance(consumers, tuple) else consumers)
 
     def cache_write(self, block: str, scope: str) -> str:
         return self._apply("cache_write", block=block, scope=scope)

@@ -118,7 +118,8 @@ class Tiling:
     also gives ``warp_tile`` (the spatial extent one warp's mma instructions cover: what the warp reads from
     shared memory per k) and ``raster`` (block rows walked together, see the matmul rule); they stay empty
     and 1 for SIMT tilings.  ``shared_buffers`` names the loads staged in shared memory when the rule knows
-    them (None: the model infers them from ``shared_bytes``).
+    them (None: the model infers them from ``shared_bytes``).  ``rereads`` names inputs whose tile a block
+    reads again after the first pass, with the number of further passes.
     """
 
     main_block: str
@@ -138,6 +139,9 @@ class Tiling:
     warpgroup: bool = False  # tensor cores driven by Hopper wgmma (else mma.sync)
     tma: bool = False  # operand tiles requested by one thread through the TMA (else copied by every thread)
     ahead: int | None = None  # loop steps requested ahead of the one computed (None: stages - 1)
+    # Inputs a block reads from global memory again after its first pass over its tile, and how many more
+    # times (a row kernel's later passes); L1 or L2 serves them when the blocks in flight keep the data.
+    rereads: dict[str, int] = field(default_factory=dict)
 
 
 class Rule(ABC):

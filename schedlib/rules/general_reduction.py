@@ -4,19 +4,31 @@ Pattern: the output block is element-wise over (rows..., cols); every other stag
 over ``cols`` that keeps the rows, or element-wise over the output's shape.  One thread block per row:
 element-wise intermediates are inlined (recomputed where used), every reduction keeps its per-row result
 in a register (cache_write local, then the copy is inlined away) and reduces across the row's threads.
+
+Each pass over the row (softmax: max, sum, output) reads the input again, from L1 or L2 when the rows in
+flight fit there.  The ``stage_row`` knob instead copies the row into shared memory once, 16 bytes per
+thread and step, and every pass reads it there: global traffic drops to the compulsory bytes, at the
+price of a row's worth of shared memory per block (fewer blocks per SM).  Which wins depends on the row
+length and the card's L2, so it is a knob for the carver and the search, not a fixed choice.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
+from schedlib.errors import ScheduleError
 from schedlib.hw import HardwareProfile
 from schedlib.ir.dtype import BYTES
+from schedlib.ir.expr import as_int
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import accesses, ceil_pow2, const_or, is_elementwise, stores_plainly
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
+
+# A staged row's copy loop is unrolled up to this many steps, so that its loads are all in flight at once.
+MAX_UNROLLED_COPY_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -26,6 +38,9 @@ class GeneralReductionFacts:
     elementwise: tuple[str, ...]
     in_bytes: int
     cols: int
+    row_input: str | None  # the input every pass reads row by row (what ``stage_row`` copies), if any
+    row_passes: int  # passes reading it: reductions and the output, element-wise stages inlined
+    row_bytes: int | None  # bytes of one row of ``row_input``; None for a symbolic row length
 
 
 def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
@@ -51,9 +66,31 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
         elif not is_elementwise(b) or [a.extent for a in b.axes] != [*rows, cols]:
             return f"block {b.name} is neither a row reduction nor element-wise over the output shape"
     x = next(iter(func.inputs))
+    row_input, passes = _row_input(func, [*rows, cols])
+    fixed = as_int(cols)
+    row_bytes = None if fixed is None or row_input is None else fixed * BYTES[func.buffer(row_input).dtype]
     return GeneralReductionFacts(out.name, tuple(b.name for b in reductions),
                                  tuple(b.name for b in computed[:-1] if b.reducer is None),
-                                 BYTES[func.buffer(x).dtype], const_or(cols, 4096))
+                                 BYTES[func.buffer(x).dtype], const_or(cols, 4096), row_input, passes, row_bytes)
+
+
+def _row_input(func: Func, shape: list) -> tuple[str | None, int]:
+    """The input shaped like the output that most passes read (element-wise stages count as part of the
+    reduction or output stage they are inlined into), and that count."""
+    reads: dict[str, set[str]] = {}  # block -> inputs it reads once element-wise stages are inlined
+    for b in func.blocks:
+        reads[b.name] = {n for n in b.read_buffers if n in func.inputs}
+        for n in b.read_buffers:
+            producer = func.producers(n)
+            if producer and producer[0].reducer is None:
+                reads[b.name] |= reads.get(producer[0].name, set())
+    passes = [b.name for b in func.blocks if b.reducer is not None or b.store in func.outputs]
+    best: tuple[str | None, int] = (None, 0)
+    for name in func.inputs:
+        count = sum(name in reads[p] for p in passes)
+        if list(func.buffer(name).shape) == shape and count > best[1]:
+            best = (name, count)
+    return best if best[1] >= 2 else (None, best[1])
 
 
 class GeneralReductionRule(Rule):
@@ -74,7 +111,8 @@ class GeneralReductionRule(Rule):
             Knob("threads", pow2_range(32, limit), "threads per row (one thread block per row)"),
             Knob("unroll", (1, 2, 4, 8), "consecutive elements each thread handles per step (one vector access "
                  "when aligned and at most 16 bytes)"),
-        ))
+            Knob("stage_row", (False, True), "copy the row into shared memory once; every pass reads it there"),
+        ), check=functools.partial(_check, self._facts(func), target))
 
     def default_config(self, func: Func, target: Any) -> Config:
         """About 8 columns per thread; each step a 16-byte run per thread where the row holds enough of them
@@ -82,14 +120,19 @@ class GeneralReductionRule(Rule):
         facts = self._facts(func)
         threads = min(max(32, min(1024, ceil_pow2(-(-facts.cols // 8)))), target.max_threads_per_block)
         unroll = next((u for u in (16 // facts.in_bytes, 4) if u <= 8 and facts.cols >= u * threads), 1)
-        return {"threads": threads, "unroll": unroll}
+        return {"threads": threads, "unroll": unroll, "stage_row": False}
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
         facts = self._facts(func)
         out = func.block(facts.output)
         tile = {a.name: 1 for a in out.axes[:-1]} | {out.axes[-1].name: facts.cols}
+        staged = bool(config.get("stage_row")) and facts.row_input is not None
+        row_bytes = (facts.row_bytes or 0) if staged else 0
+        rereads = {} if facts.row_input is None else {facts.row_input: facts.row_passes - 1}
         return Tiling(facts.output, tile, {}, {out.axes[-1].name: config["threads"] * config["unroll"]},
-                      config["threads"], 4 * config["threads"], 40, _vector_width(config["unroll"], facts.in_bytes))
+                      config["threads"], 4 * config["threads"] + row_bytes, 40,
+                      _vector_width(config["unroll"], facts.in_bytes),
+                      shared_buffers=(facts.row_input,) if staged else None, rereads=rereads)
 
     def schedule(self, func: Func, facts: GeneralReductionFacts, config: Config,
                  target: HardwareProfile) -> Schedule:
@@ -120,7 +163,45 @@ class GeneralReductionRule(Rule):
             s.bind(kt, "threadIdx.x")
         if ju is not None:
             (s.vectorize if vectorize else s.unroll)(ju)
+        if config.get("stage_row"):
+            _stage_row(s, facts, row, T, U, vectorize)
         return s
+
+
+def _stage_row(s: Schedule, facts: GeneralReductionFacts, row: str, threads: int, unroll: int,
+               vectorize: bool) -> None:
+    """One shared copy of the row for every pass, filled by the row's threads ``unroll`` columns at a time."""
+    name = facts.row_input
+    if name is None:
+        raise ScheduleError("general_reduction.apply", "stage_row", True, "no input is read by several passes")
+    readers = [b for b in s.blocks if name in s.func.block(b).read_buffers]
+    copy = s.cache_read(readers[0], name, "shared", consumers=readers[1:])
+    s.compute_at(copy, row)
+    col = s.get_loops(copy)[-1]
+    if unroll > 1:
+        outer, lane, run = s.split(col, [None, threads, unroll])
+        s.reorder(lane, outer, run)
+        (s.vectorize if vectorize else s.unroll)(run)
+    else:
+        outer, lane = s.split(col, [None, threads])
+        s.reorder(lane, outer)
+    s.bind(lane, "threadIdx.x")
+    if -(-facts.cols // (threads * unroll)) <= MAX_UNROLLED_COPY_STEPS:
+        s.unroll(outer)  # every step's global load in flight before the first shared store waits on it
+
+
+def _check(facts: GeneralReductionFacts, target: Any, config: Config) -> str | None:
+    if not config.get("stage_row"):
+        return None
+    if facts.row_input is None:
+        return "stage_row needs an input that several passes read (none is read more than once per row)"
+    if facts.row_bytes is None:
+        return "stage_row needs a fixed row length (the shared copy's size); this one is symbolic"
+    need = facts.row_bytes + 4 * int(config.get("threads", 0))
+    limit = target.max_shared_per_block(True)
+    if need > limit:
+        return f"stage_row needs {need} bytes of shared memory per block, more than the {limit} a block may use"
+    return None
 
 
 def _vector_width(unroll: int, in_bytes: int) -> int:

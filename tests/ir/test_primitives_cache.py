@@ -64,6 +64,24 @@ def test_cache_read_leaves_other_readers_alone() -> None:
     assert_same_result(s.original, s)
 
 
+def test_cache_read_shared_by_several_readers() -> None:
+    s = sl.Schedule(sl.workloads.softmax(3, 7))
+    assert s.cache_read("T_exp", "X", "shared", consumers=["T_max"]) == "X_shared"
+    assert s.blocks == ["X_shared", "T_max", "T_exp", "T_sum", "Y"]  # before the first reader
+    assert s.func.block("T_max").read_buffers == ["X_shared"]
+    assert s.func.block("T_exp").read_buffers == ["X_shared", "T_max"]
+    assert s.trace.steps[-1]["args"]["consumers"] == ["T_max"]
+    again = sl.Schedule.from_trace(s.original, s.trace.to_json())
+    assert str(again) == str(s)
+    assert_same_result(s.original, s)
+
+
+def test_cache_read_without_consumers_keeps_its_trace_form() -> None:
+    s = sl.Schedule(sl.workloads.softmax(3, 7))
+    s.cache_read("T_max", "X", "local")
+    assert "consumers" not in s.trace.steps[-1]["args"]
+
+
 @pytest.mark.parametrize("scope", ["global", "shared", "local"])
 @pytest.mark.parametrize("workload", [
     lambda: sl.workloads.matmul(7, 3, 33, epilogue="bias_relu"),
@@ -135,6 +153,15 @@ NEGATIVE = [
            -1, "reads 1 buffers"),
     Reject("cache-read-not-read", _red, lambda s: s.cache_read("R", "R", "shared"), "cache_read", "buffer", "R",
            "does not read it; it reads X"),
+    Reject("cache-read-consumers-type", lambda: sl.Schedule(sl.workloads.softmax(3, 7)),
+           lambda s: s.cache_read("T_max", "X", "shared", consumers="T_exp"), "cache_read", "consumers", "T_exp",
+           "must be a list of block names"),
+    Reject("cache-read-consumer-unknown", lambda: sl.Schedule(sl.workloads.softmax(3, 7)),
+           lambda s: s.cache_read("T_max", "X", "shared", consumers=["Q"]), "cache_read", "consumers", "Q",
+           "no such block"),
+    Reject("cache-read-consumer-not-reader", lambda: sl.Schedule(sl.workloads.softmax(3, 7)),
+           lambda s: s.cache_read("T_max", "X", "shared", consumers=["T_sum"]), "cache_read", "consumers",
+           ["T_sum"], "block T_sum does not read X"),
     Reject("cache-read-before-producer", _staged, lambda s: s.cache_read("C", "A_shared", "local"), "cache_read",
            "block", "C", "would run before A_shared"),
     Reject("cache-write-scope", _red, lambda s: s.cache_write("R", "register"), "cache_write", "scope",

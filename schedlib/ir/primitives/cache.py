@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from schedlib.ir.expr import Load, Var
@@ -36,10 +37,13 @@ def _insert(blocks: tuple[Block, ...], new: Block, anchor: str, after: bool) -> 
     return tuple(out)
 
 
-def cache_read(func: Func, block: str, buffer: str | int, scope: str) -> tuple[Func, str]:
+def cache_read(func: Func, block: str, buffer: str | int, scope: str,
+               consumers: Sequence[str] | None = None) -> tuple[Func, str]:
     """Make ``block`` read ``buffer`` through a copy in ``scope``; returns the new copy block's name.
 
-    ``buffer`` is a buffer name or an index into the block's reads.  Other readers are unchanged.
+    ``buffer`` is a buffer name or an index into the block's reads.  ``consumers`` names further blocks
+    that read ``buffer`` through the same copy (a softmax's max, sum and output stages sharing one staged
+    row); the copy is placed before the first of them.  Other readers are unchanged.
 
     Before ``cache_read(f, "C", "A", "shared")``::
 
@@ -70,16 +74,32 @@ def cache_read(func: Func, block: str, buffer: str | int, scope: str) -> tuple[F
         buffer = reads[buffer]
     if not isinstance(buffer, str) or buffer not in reads:
         fail(prim, "buffer", buffer, f"block {block} does not read it; it reads {', '.join(reads) or 'nothing'}")
+    readers = [block, *_consumers(func, prim, consumers, buffer)]
     src = func.buffer(buffer)
     name = func.fresh_name(f"{buffer}_{scope}")
     copy = _copy_block(func, name, src, name)
     new_buf = Buffer(name, src.shape, src.dtype, scope)
-    reader = replace(blk, value=rename_buffer(blk.value, buffer, name))
-    out = func.with_block(reader)
-    out = replace(out, blocks=_insert(out.blocks, copy, block, after=False), buffers=(*out.buffers, new_buf),
+    out = func
+    for reader in dict.fromkeys(readers):
+        blk = out.block(reader)
+        out = out.with_block(replace(blk, value=rename_buffer(blk.value, buffer, name)))
+    first = next(b.name for b in func.blocks if b.name in readers)
+    out = replace(out, blocks=_insert(out.blocks, copy, first, after=False), buffers=(*out.buffers, new_buf),
                   _index={})
     check_dependencies(out, prim, "block", block)
     return out, name
+
+
+def _consumers(func: Func, prim: str, consumers: Sequence[str] | None, buffer: str) -> list[str]:
+    """The further readers named by ``consumers``, each checked to be a block that reads ``buffer``."""
+    if consumers is None:
+        return []
+    if isinstance(consumers, str) or not isinstance(consumers, Sequence):
+        fail(prim, "consumers", consumers, "must be a list of block names")
+    for name in consumers:
+        if buffer not in get_block(func, prim, name, "consumers").read_buffers:
+            fail(prim, "consumers", list(consumers), f"block {name} does not read {buffer}")
+    return list(consumers)
 
 
 def cache_write(func: Func, block: str, scope: str) -> tuple[Func, str]:
