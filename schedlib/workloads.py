@@ -151,7 +151,9 @@ def softmax(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32"
     mx = te.compute((rows,), lambda i: te.max(X[i, k1].astype("float32"), axis=k1), "T_max")
     ex = te.compute((rows, cols), lambda i, j: te.exp(X[i, j].astype("float32") - mx[i]), "T_exp")
     sm = te.compute((rows,), lambda i: te.sum(ex[i, k2], axis=k2), "T_sum")
-    Y = te.compute((rows, cols), lambda i, j: (ex[i, j] / sm[i]).astype(dtype), "Y")
+    # one reciprocal per row, then a multiply per element: nvcc hoists the loop-invariant 1 / sum, where
+    # a division per element costs a reciprocal, a refinement and a slow-path check each
+    Y = te.compute((rows, cols), lambda i, j: (ex[i, j] * (1.0 / sm[i])).astype(dtype), "Y")
     return make_func([X, Y], "softmax")
 
 
