@@ -120,10 +120,19 @@ class TensorCoreWriter:
         self.emit(f"const int sl_gr = {self._origin(op.rows)} + sl_r, sl_gc = {self._origin(op.cols)} + sl_q * 8;")
         for line in self._chunk_offset(op):
             self.emit(line)
-        self.emit(f"if (sl_gr < {self._e(limit_r)} && sl_gc < {self._e(limit_c)}) "
-                  f"sl_cp_async_16(&{smem}[sl_dst], &{mangle(op.source.name)}[{self._e(src)}]);")
-        self.emit(f"else SL_VSTORE(uint4, {smem}, sl_dst, make_uint4(0u, 0u, 0u, 0u));")
+        copy = f"sl_cp_async_16(&{smem}[sl_dst], &{mangle(op.source.name)}[{self._e(src)}]);"
+        guard = " && ".join(f"{var} < {self._e(limit)}" for axis, var, limit in
+                            ((op.rows, "sl_gr", limit_r), (op.cols, "sl_gc", limit_c)) if self._partial(axis, limit))
+        if guard:
+            self.emit(f"if ({guard}) {copy}")
+            self.emit(f"else SL_VSTORE(uint4, {smem}, sl_dst, make_uint4(0u, 0u, 0u, 0u));")
+        else:  # every tile lies inside the operand: no compare, and no zero-fill store that ptxas must pad
+            self.emit(copy)
         self.close_chunks(chunks, threads)
+
+    def _partial(self, axis: str, limit: Expr) -> bool:
+        """Whether some tile of the operand dimension indexed by ``axis`` (``limit`` long) reaches past it."""
+        return self.ragged(axis) or as_int(limit) != as_int(self.plan.extent(axis))
 
     def open_chunks(self, chunks: int, per_row: int, threads: int) -> None:
         """A block-wide loop over ``chunks`` 16-byte chunks of a tile ``per_row`` chunks wide: chunk ``sl_c``,

@@ -156,6 +156,17 @@ class Kernel:
 
         return compile_check(self.source, self._arch_for(arch or self.arch))
 
+    def loop_mix(self, arch: str | None = None, innermost_only: bool = True) -> Any:
+        """The SASS instruction mix of each loop of the compiled kernels: a DataFrame with one row per loop
+        (instructions by family, ``math_share``, the most frequent opcodes).  Needs a compiler and nvdisasm, no GPU
+        (:mod:`schedlib.runtime.sass`).  A hot loop far below the work share its tile promises (FFMA for a
+        SIMT matmul, HMMA/HGMMA for tensor cores) is paying for addressing, loads or control."""
+        from schedlib.runtime.nvcc import build_cubin
+        from schedlib.runtime.sass import disassemble, loop_mix
+
+        cubin = build_cubin(self.source, self._arch_for(arch or self.arch))
+        return loop_mix(disassemble(cubin), innermost_only)
+
     def _arch_for(self, arch: str) -> str:
         need = self.module.arch
         if need is None or arch == need:

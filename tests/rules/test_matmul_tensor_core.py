@@ -216,3 +216,14 @@ def test_carver_fp32_ranking_stays_simt() -> None:
     df = sl.carver.carve(wl.matmul(4096, 4096, 4096), "h100", topk=10)
     assert not df["tensor_core"].any() and (df["stages"] == 1).all() and (df["raster"] == 1).all()
     assert (df["compute_unit"] == "SIMT fp32").all()
+
+
+def test_operand_copies_are_guarded_only_where_a_tile_reaches_past_the_operand() -> None:
+    # every tile inside both operands: unconditional cp.async, no compare and no zero-fill store
+    whole = sl.build(MATMUL.apply(mm(128, 256, 64, "float16")(), "h100", tc(64, 128, 32, 32, 64, 2)), "h100").source
+    assert whole.count("sl_cp_async_16(&") == 2 and "sl_gr <" not in whole and "make_uint4(0u" not in whole
+    # K = 40 in k tiles of 32: A's columns and B's rows are guarded, M and N (whole tiles) are not
+    ragged = sl.build(MATMUL.apply(mm(128, 256, 40, "float16")(), "h100", tc(64, 128, 32, 32, 64, 2)), "h100").source
+    assert "if (sl_gc < 40) sl_cp_async_16(&A_shared" in ragged
+    assert "if (sl_gr < 40) sl_cp_async_16(&B_shared" in ragged
+    assert ragged.count("make_uint4(0u, 0u, 0u, 0u)") == 2
