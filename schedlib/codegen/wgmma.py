@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from schedlib.codegen.cuda_expr import ctype, mangle
 from schedlib.codegen.kernel_writer import KernelSpec
 from schedlib.codegen.mma_pattern import Operand, fail
-from schedlib.codegen.tensor_core import ACC, TensorCoreWriter
+from schedlib.codegen.tensor_core import TensorCoreWriter
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Var, as_int
 from schedlib.ir.func import Block, Func
-from schedlib.ir.simplify import substitute
 
 WGMMA_N = (16, 32, 64, 128, 256)  # warp tile widths the wrappers in cuda_wgmma.cuh provide
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 62-63 per swizzle width in bytes
@@ -262,8 +261,8 @@ class WgmmaWriter(TensorCoreWriter):
             self._consumers_only(consumers, threads, lambda: self._epilogue(
                 lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};"))
         else:
-            self._consumers_only(consumers, threads, lambda: self._staged_pairs(f"(sl_row - {om}) * {ld} + "
-                                                                                f"(sl_col - {on})"))
+            self._consumers_only(consumers, threads, lambda: self._paired_epilogue(
+                "sl_out_s", f"(sl_row - {om}) * {ld} + (sl_col - {on})"))
         self.emit("__syncthreads();")
         chunks, per_row = bm * bn // ch, bn // ch
         self.open_chunks(chunks, per_row, threads)
@@ -272,22 +271,6 @@ class WgmmaWriter(TensorCoreWriter):
         self.emit(f"{f'if ({guard}) ' if guard else ''}SL_VSTORE(uint4, {mangle(out.name)}, {self._e(target)}, "
                   f"SL_VLOAD(uint4, sl_out_s, sl_r * {ld} + sl_q * {ch}));")
         self.close_chunks(chunks, threads)
-
-    def _staged_pairs(self, index: str) -> None:
-        """The epilogue into the staging tile, each thread's two neighbouring columns of a row (accumulator
-        elements ``2h`` and ``2h + 1``) stored as one 4- or 8-byte pair at ``sl_out_s[index]``."""
-        value, out, _ = self._writeback_parts()
-        t = ctype(out.dtype)
-        pair = {2: "unsigned", 4: "uint2"}[BYTES[out.dtype]]
-        blocks = self._open_fragment(pairs=True)
-        self.emit(f"__align__({2 * BYTES[out.dtype]}) {t} sl_pair[2];")
-        for i in range(2):
-            element = substitute(value, {"sl_col": Var("sl_col") + i}) if i else value
-            self.emit(f"{{ const float {ACC} = sl_acc[sl_mt][sl_nt][sl_h * 2 + {i}]; "
-                      f"sl_pair[{i}] = static_cast<{t}>({self._e(element)}); }}")
-        self.emit(f"SL_VSTORE_REGS({pair}, sl_out_s, {index}, sl_pair);")
-        for _ in range(blocks):
-            self.close()
 
     def _assemble_wgmma(self, threads: int, smem: dict[str, str]) -> tuple[str, KernelSpec]:
         p = self.plan

@@ -135,6 +135,10 @@ def test_the_epilogue_guards_only_the_dims_the_tiles_do_not_divide(m: int, n: in
     """A guard that always holds keeps nvcc from sharing a bias load between the rows of a fragment."""
     f = sl.workloads.matmul(m, n, 64, "float16", epilogue="bias_relu")
     src = sl.build(MATMUL.apply(f, "a100", tc_config(64, 64, 32, 32, 32, 2)), "a100").source
-    body = src.split("prelude ----")[-1].split("sl_acc[sl_mt][sl_nt][sl_e];")[0].rsplit("\n", 3)[-3:]
-    guards = [line.strip() for line in body if line.strip().startswith("if (sl_")]
-    assert guards == ([] if guard is None else [guard + " {"]), body
+    epilogue = src.split("sl_mma_m16n8k16_f16f32(")[-1].split("\n")
+    guards = [line.strip() for line in epilogue if line.strip().startswith(("if (sl_row", "if (sl_col"))]
+    assert guards == ([] if guard is None else [guard + " {"]), epilogue
+    # whole blocks along N: each thread's two neighbouring columns go out as one 4-byte store
+    paired = "SL_VSTORE_REGS(unsigned, D," in src
+    assert paired == (n % 64 == 0)
+    assert ("= sl_acc[sl_mt][sl_nt][sl_e];" in src) == (not paired)
