@@ -12,6 +12,8 @@ accesses and no ``.local`` traffic; a scalar ``u16``/``f32`` column there is a k
 with several times the instructions it needs.  ``bank_conflict`` is the worst shared-memory access of the
 kernel's first block on the CPU emulator (``Kernel.bank_conflicts``: wavefronts per ideal wavefront, 1.0 is
 conflict-free), as the source writes it; nvcc may still merge scalar accesses, which the PTX columns show.
+``main_loop`` (when nvdisasm is installed: ``pip install nvidia-cuda-nvdisasm``) is the SASS loop doing the
+most arithmetic: its instructions per iteration, the share that is arithmetic, and its commonest opcodes.
 This is a check of the generated code, not a timing: the times come from ``gpu_suite.py`` on a device.
 """
 
@@ -37,6 +39,7 @@ from schedlib.ir.expr import as_int
 from schedlib.report import markdown_table
 from schedlib.runtime.emulator import find_gxx
 from schedlib.runtime.nvcc import find_nvcc, ptx
+from schedlib.runtime.sass import find_nvdisasm
 from schedlib.suites import WorkloadSpec
 
 MEMORY_OP = re.compile(r"\b(ld|st)\.(global|shared|local)((?:\.nc)?(?:\.v[248])?\.[a-z]+\d+)")
@@ -67,7 +70,22 @@ def census(spec: WorkloadSpec, target: str, banks: bool = True) -> dict[str, obj
         "shared_loads": _forms(ops, "ld.shared"),
         "local": sum(n for k, n in ops.items() if ".local" in k),
         **({"bank_conflict": worst_bank_conflict(kernel)} if banks else {}),
+        **({"main_loop": main_loop(kernel)} if find_nvdisasm() is not None else {}),
     }
+
+
+def main_loop(kernel: sl.Kernel) -> str:
+    """``"560 instr, 91% math: FFMA 512, LDS 32, IADD3 5"``: the SASS loop with the most arithmetic (tensor and
+    floating-point instructions), its size, its arithmetic share (the count of tensor-core instructions
+    where it has them) and its three most frequent opcodes."""
+    loops = kernel.loop_mix(innermost_only=False)
+    if loops.empty:
+        return "no loop"
+    hot = loops.loc[(loops["tensor"] + loops["fp"]).idxmax()]
+    top = ", ".join(hot["top"].split(", ")[:3])
+    if hot["tensor"]:  # one wgmma/mma is a whole tile of work: count them rather than their share
+        return f"{hot['instructions']} instr, {hot['tensor']} tensor-core: {top}"
+    return f"{hot['instructions']} instr, {hot['math_share']:.0%} math: {top}"
 
 
 def worst_bank_conflict(kernel: sl.Kernel) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 
 from schedlib.runtime.nvcc import find_nvcc
+from schedlib.runtime.sass import find_nvdisasm
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "static_census.py"
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="the census compiles with nvcc, which was not found")
@@ -49,3 +51,15 @@ def test_an_unknown_workload_is_refused_with_the_known_ones() -> None:
     proc = census("--only", "gemv_fp16_innr")
     assert proc.returncode == 2
     assert "unknown workloads gemv_fp16_innr; the suite has" in proc.stderr and "gemv_fp16_inner" in proc.stderr
+
+
+@needs_nvcc
+@pytest.mark.skipif(find_nvdisasm() is None, reason="needs nvdisasm (pip install nvidia-cuda-nvdisasm)")
+def test_the_main_loop_column_reads_the_sass(tmp_path: Path) -> None:
+    proc = census("--only", "matmul_fp32_4096", "softmax_4096", "--out", str(tmp_path), "--no-banks")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "census.csv").set_index("workload")
+    # 8 x 8 results per thread and 8-deep k steps: 512 FFMA per iteration, nearly all of the loop
+    hot = df.loc["matmul_fp32_4096", "main_loop"]
+    assert re.fullmatch(r"\d+ instr, (9\d|8[5-9])% math: FFMA 512, LDS \d+, .*", hot), hot
+    assert df.loc["softmax_4096", "main_loop"] == "no loop"  # two steps per pass, unrolled
