@@ -20,9 +20,11 @@ from dataclasses import dataclass, field, replace
 
 from schedlib.codegen.cross_thread import CrossThreadReduction
 from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, mangle
+from schedlib.codegen.double_buffer import DoubleBuffer, is_double_buffered, slot_stride
 from schedlib.codegen.layout import const_bytes, flatten, size_elements
 from schedlib.codegen.vector_access import VectorAccess
 from schedlib.errors import BuildError
+from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Const, Expr, Load, as_int
 from schedlib.ir.func import Block, Buffer, Func, Loop
 from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, substitute, var_ranges
@@ -69,7 +71,7 @@ class KernelSpec:
     tensor_maps: tuple[TensorMapSpec, ...] = ()
 
 
-class KernelWriter(CrossThreadReduction, VectorAccess):
+class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
         self.func = func
         self.root = root
@@ -84,6 +86,10 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
         self.n_red = 0
         self.n_vec = 0
         self.vector_regs: dict[Load, str] = {}  # reads staged in registers by a vectorized loop
+        self.slot_of: dict[str, str] = {}
+        self.staging: tuple[str, str] | None = None
+        self.staged_types: dict[str, tuple[str, bool]] = {}
+        self.double_buffered = {b.store for b in self.blocks if is_double_buffered(b)}
         self.bindings: dict[str, Expr] = {}
         self.ranges: dict[str, tuple[int, int]] = {}
         # A dimension may share its name with a buffer (sl.var("R") sizing buffer R): rename the int.
@@ -138,7 +144,9 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
     def _flat(self, buf: Buffer, indices: tuple[Expr, ...]) -> Expr:
         """Flat index with the block's bindings substituted and simplified under the loop ranges, so
         register arrays end up indexed by constants once loops are unrolled."""
-        return simplify(substitute(flatten(buf, indices), self.bindings), self.ranges)
+        flat = flatten(buf, indices)
+        offset = self._slot_offset(buf) if buf.name in self.double_buffered else None
+        return simplify(substitute(flat if offset is None else flat + offset, self.bindings), self.ranges)
 
     def _index(self, buf: Buffer, indices: tuple[Expr, ...]) -> str:
         return self.printer(self._flat(buf, indices))
@@ -193,7 +201,7 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
             self._open("")
             self._emit(f"const int {v} = {lp.thread};")
             return ctx, 1
-        if lp.unrolled or lp.vectorized:
+        if lp.unrolled or lp.vectorized or self.staging:  # a staged copy indexes its registers by constants
             self._emit("#pragma unroll")
         self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
         return ctx, 1
@@ -224,15 +232,23 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
                 self._check_private_store(block, ctx)
                 if self._vector_copy(block, lp, ctx) or self._vector_statement(block, lp, ctx):
                     break
+            copies = self._double_buffered_before(block, lp)
+            if copies:
+                self._db_prologue(copies, lp, ctx)
             ctx, braces = self._open_loop(block, lp, ctx)
-            closers.append((lp, braces))
+            closers.append((lp, braces, copies))
+            if copies:
+                self._db_prefetch(copies, lp, ctx)
             for b in self.func.attached_at(block.name, lp.name, "before"):
-                self._attached(b, ctx)
+                if b not in copies:
+                    self._attached(b, ctx)
         else:
             self._statement(block, ctx)
-        for lp, braces in reversed(closers):
+        for lp, braces, copies in reversed(closers):
             for b in self.func.attached_at(block.name, lp.name, "after"):
                 self._attached(b, ctx)
+            if copies:
+                self._db_store(copies, lp, ctx)
             self._close(braces)
 
     # statements -------------------------------------------------------------------------------
@@ -286,7 +302,10 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
         conds = [self._expr(p) for p in conjuncts(block.predicate)] + self._once_guards(block, ctx)
         if conds:
             self._open(f"if ({' && '.join(conds)})")
-        self._assign(block, self._expr(block.value))
+        if self.staging:
+            self._staged_statement(block, self._expr(block.value))
+        else:
+            self._assign(block, self._expr(block.value))
         if conds:
             self._close()
         self._close()
@@ -312,8 +331,9 @@ class KernelWriter(CrossThreadReduction, VectorAccess):
         body = self.lines
         decls: list[str] = []
         # Every shared array, tiles and reduction scratch alike, rounded to its 16-byte alignment.
-        arrays = [(ctype(b.dtype), mangle(b.name), as_int(size_elements(b)) or 0, const_bytes(b))
-                  for b in self.shared]
+        arrays = [(ctype(b.dtype), mangle(b.name), 2 * slot_stride(b), 2 * slot_stride(b) * BYTES[b.dtype])
+                  if b.name in self.double_buffered else
+                  (ctype(b.dtype), mangle(b.name), as_int(size_elements(b)) or 0, const_bytes(b)) for b in self.shared]
         arrays += [(t, name, n, n * 4 if t in ("float", "int") else n * 8) for t, name, n in self.scratch_arrays]
         total = sum((nbytes + 15) // 16 * 16 for *_, nbytes in arrays)
         static, dynamic = total, 0

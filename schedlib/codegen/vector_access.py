@@ -67,6 +67,7 @@ class VectorAccess:
     ranges: dict[str, tuple[int, int]]
     vector_regs: dict[Load, str]
     n_vec: int
+    staging: tuple[str, str] | None  # a double-buffered copy being written as its load or its store half
 
     def _uniform_guards(self, block: Block, lp: Loop, width: int) -> list[Expr] | None:
         """The block's predicate as guards that hold or fail for all ``width`` points of ``lp`` at once (so
@@ -92,8 +93,11 @@ class VectorAccess:
         if dst_base is None or src_base is None or guards is None:
             return False
         conds = [self.printer(g) for g in guards] + self._once_guards(block, ctx)
-        copy = (f"SL_VSTORE({vtype}, {mangle(buf.name)}, {self.printer(dst_base)}, "
-                f"SL_VLOAD({vtype}, {mangle(src.name)}, {self.printer(src_base)}));")
+        dst, src_at = f"{mangle(buf.name)}, {self.printer(dst_base)}", f"{mangle(src.name)}, {self.printer(src_base)}"
+        if self.staging:  # a double-buffered copy, split into its load or its store
+            copy = self._staged_vector(block, lp, vtype, dst, src_at)
+        else:
+            copy = f"SL_VSTORE({vtype}, {dst}, SL_VLOAD({vtype}, {src_at}));"
         self._emit(f"// block {block.name}: {width}-wide vector copy")
         self._emit(f"if ({' && '.join(conds)}) {copy}" if conds else copy)
         return True

@@ -189,6 +189,9 @@ class Schedule:
         return self._apply("cache_read", block=block, buffer=buffer, scope=scope,
                            consumers=list(consumers) if isinstance(consumers, tuple) else consumers)
 
+    def double_buffer(self, block: str) -> None:
+        self._apply("double_buffer", block=block)
+
     def cache_write(self, block: str, scope: str) -> str:
         return self._apply("cache_write", block=block, scope=scope)
 

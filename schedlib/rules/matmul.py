@@ -39,6 +39,9 @@ from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
 REGISTER_OVERHEAD = 40  # addresses, loop counters, fetch temporaries (per thread)
 
 
+SIMT_STAGES = (1, 2)  # single- or double-buffered shared tiles
+
+
 @dataclass(frozen=True)
 class MatmulFacts:
     main: str
@@ -116,8 +119,10 @@ class MatmulRule(Rule):
         hopper = has_tc and wg.available(target)
 
         def simt(c: Config) -> str | None:
-            if c["stages"] != 1 or c["raster"] != 1:
-                return "stages and raster belong to the tensor-core template; SIMT configs keep them at 1"
+            if c["raster"] != 1:
+                return "raster belongs to the tensor-core template; SIMT configs keep it at 1"
+            if c["stages"] > SIMT_STAGES[-1]:
+                return f"SIMT tiles are single- or double-buffered (stages 1 or 2), not {c['stages']}"
             if c["thread_n"] > 8:
                 return f"thread_n={c['thread_n']} is a tensor-core warp tile; SIMT thread tiles are at most 8"
             threads = (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"])
@@ -125,7 +130,7 @@ class MatmulRule(Rule):
                 return "thread tile larger than block tile"
             if not 32 <= threads <= limit_threads:
                 return f"{threads} threads per block (needs 32..{limit_threads})"
-            smem = (c["block_m"] + c["block_n"]) * c["block_k"] * facts.in_bytes
+            smem = (c["block_m"] + c["block_n"]) * c["block_k"] * facts.in_bytes * c["stages"]
             if smem > smem_limit:
                 return f"{smem} bytes of shared memory exceed {smem_limit}"
             regs = self._registers(c)
@@ -157,7 +162,8 @@ class MatmulRule(Rule):
                  "accumulator columns per thread (tensor cores: warp tile of 4x columns)"),
             Knob("vector", (1, 2, 4), "elements per thread per copy into shared memory (SIMT)"),
             Knob("split_k", (1,), "reduction split across blocks (1: off)"),
-            Knob("stages", tc.STAGES if tc_knobs else (1,), "cp.async pipeline depth (tensor cores)"),
+            Knob("stages", tc.STAGES if tc_knobs else SIMT_STAGES, "shared tiles in flight: the cp.async pipeline "
+                 "depth on tensor cores; SIMT 2 double-buffers, loading the next tile while computing on this one"),
             Knob("tensor_core", (False, True, *((wg.INSTRUCTION, wg.TMA_TEMPLATE, wg.PRODUCER_TEMPLATE) if hopper
                                                 else ())) if has_tc
                  else (False,), "tensor cores: False (SIMT), True (mma.sync), 'wgmma' (Hopper warpgroup MMA, "
@@ -179,7 +185,10 @@ class MatmulRule(Rule):
 
     @staticmethod
     def _registers(c: Config) -> int:
-        return c["thread_m"] * c["thread_n"] + c["thread_m"] + c["thread_n"] + REGISTER_OVERHEAD
+        threads = (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"])
+        # double-buffered, each thread holds its share of the next A and B tiles in registers
+        prefetch = -(-(c["block_m"] + c["block_n"]) * c["block_k"] // threads) if c["stages"] > 1 else 0
+        return c["thread_m"] * c["thread_n"] + c["thread_m"] + c["thread_n"] + prefetch + REGISTER_OVERHEAD
 
     def _facts(self, func: Func) -> MatmulFacts:
         facts = analyze_matmul(func)
@@ -230,12 +239,14 @@ class MatmulRule(Rule):
             return first
         tm = 8 if bm >= 64 else max(1, bm // 16)
         tn = 8 if bn >= 64 else max(1, bn // 16)
-        for bk in (8, 16):
-            for vector in (4, 2, 1):
-                config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn,
-                          "vector": vector, "split_k": 1, "stages": 1, "tensor_core": False, "raster": 1}
-                if space.is_legal(config):
-                    return config
+        # double-buffered where the k loop has a next tile to fetch (a single 8-deep step: nothing to overlap)
+        for stages in (2, 1) if const_or(facts.extents[facts.k], 4096) > 8 else (1,):
+            for bk in (8, 16):
+                for vector in (4, 2, 1):
+                    config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn,
+                              "vector": vector, "split_k": 1, "stages": stages, "tensor_core": False, "raster": 1}
+                    if space.is_legal(config):
+                        return config
         return next(space.enumerate())
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
@@ -250,7 +261,7 @@ class MatmulRule(Rule):
         tile.update(dict.fromkeys(facts.batch, 1))
         return Tiling(facts.main, tile, {facts.m: config["thread_m"], facts.n: config["thread_n"]},
                       {facts.k: config["block_k"]}, threads,
-                      (config["block_m"] + config["block_n"]) * config["block_k"] * facts.in_bytes,
+                      (config["block_m"] + config["block_n"]) * config["block_k"] * facts.in_bytes * config["stages"],
                       self._registers(config), config["vector"], config["stages"], config["split_k"],
                       config["tensor_core"])
 
@@ -296,6 +307,9 @@ class MatmulRule(Rule):
             last = len(s.func.buffer(copies[1]).shape) - 1
             s.storage_permute(copies[1], last, [width // tn, 2, chunk], [1, 0, 2])
             runs = s.split(jn, [2, chunk])
+        if config["stages"] == 2:
+            for shared in copies:
+                s.double_buffer(shared)
         init = s.decompose_reduction(C, ko)
         for lp in (ki, im, *runs[:-1], *s.get_loops(init), *s.get_loops(wb)):
             s.unroll(lp)

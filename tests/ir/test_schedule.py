@@ -111,6 +111,7 @@ VALID_ARGS: dict[str, dict[str, object]] = {
     "annotate": {"target": "C.k", "key": "pipeline_stages", "value": 2},
     "storage_align": {"block": "A_shared", "dim": 0, "factor": 8, "offset": 1},
     "storage_permute": {"block": "A_shared", "dim": 1, "factors": [2, 2], "order": [1, 0]},
+    "double_buffer": {"block": "A_shared"},
     "cache_read": {"block": "C", "buffer": "A_shared", "scope": "local"},
     "cache_write": {"block": "D", "scope": "local"},
     "compute_at": {"block": "C", "loop": "C_local.ax0"},
@@ -124,7 +125,10 @@ GARBAGE: list[object] = [None, 3, -1, 2.5, True, "", "nope", [], {}, ["C.i"], ("
                          float("nan")]
 
 
-def _garbage_base() -> sl.Schedule:
+def _garbage_base(name: str = "") -> sl.Schedule:
+    if name == "double_buffer":  # needs a shared copy attached at a serial loop
+        return schedule(sl.workloads.matmul(8, 4, 4, epilogue="relu"), lambda s: s.split("C.k", [None, 2]),
+                        lambda s: s.cache_read("C", "A", "shared"), lambda s: s.compute_at("A_shared", "C.k_0"))
     return schedule(sl.workloads.matmul(8, 4, 4, epilogue="relu"), lambda s: s.cache_read("C", "A", "shared"),
                     lambda s: s.cache_read("C", "B", "local"), lambda s: s.cache_write("C", "local"))
 
@@ -132,7 +136,7 @@ def _garbage_base() -> sl.Schedule:
 @pytest.mark.parametrize("name", sorted(VALID_ARGS))
 def test_every_primitive_accepts_its_valid_arguments(name: str) -> None:
     assert set(VALID_ARGS) == set(P.PRIMITIVES)
-    s = _garbage_base()
+    s = _garbage_base(name)
     before = s.func
     s._apply(name, **VALID_ARGS[name])
     assert len(s.trace) == 4 and s.func != before
@@ -144,7 +148,7 @@ def test_garbage_arguments_only_raise_schedule_error(name: str) -> None:
     """Any value in any argument slot either works or raises ScheduleError, never another exception."""
     for argument in VALID_ARGS[name]:
         for bad in GARBAGE:
-            s = _garbage_base()
+            s = _garbage_base(name)
             before, steps = s.func, len(s.trace)
             try:
                 s._apply(name, **{**VALID_ARGS[name], argument: bad})

@@ -51,8 +51,8 @@ def test_tensor_core_is_in_the_space_only_where_it_can_run(dtype: str, target: s
     f = wl.matmul(512, 512, 512, dtype)
     space = MATMUL.space(f, sl.hw.load(target))
     assert (True in space.knob("tensor_core").values) == present
-    if not present:  # the tensor-core knobs collapse to one value: the space is the SIMT one
-        assert space.knob("stages").values == (1,) and space.knob("raster").values == (1,)
+    if not present:  # the tensor-core knobs collapse to the SIMT values: single or double buffering, no raster
+        assert space.knob("stages").values == (1, 2) and space.knob("raster").values == (1,)
         assert space.knob("thread_n").values == (1, 2, 4, 8)
         assert all(not c["tensor_core"] for c in space.enumerate(limit=50))
 
@@ -60,8 +60,9 @@ def test_tensor_core_is_in_the_space_only_where_it_can_run(dtype: str, target: s
 def test_the_fp32_space_keeps_its_shape() -> None:
     space = MATMUL.space(wl.matmul(256, 256, 256), H100)
     assert {k.name: k.values for k in space.knobs if len(k.values) == 1} == {
-        "split_k": (1,), "stages": (1,), "tensor_core": (False,), "raster": (1,)}
-    assert space.size == 4 * 4 * 3 * 4 * 4 * 3
+        "split_k": (1,), "tensor_core": (False,), "raster": (1,)}
+    assert space.knob("stages").values == (1, 2)
+    assert space.size == 4 * 4 * 3 * 4 * 4 * 3 * 2
 
 
 @pytest.mark.parametrize("make, why", [
@@ -73,7 +74,7 @@ def test_the_fp32_space_keeps_its_shape() -> None:
 def test_misaligned_operands_make_tensor_core_illegal_with_the_reason(make: Callable[[], Func], why: str) -> None:
     f = make()
     space = MATMUL.space(f, H100)
-    assert True in space.knob("tensor_core").values and space.knob("stages").values == (1,)
+    assert True in space.knob("tensor_core").values and space.knob("stages").values == (1, 2)
     config = tc(64, 64, 32, 32, 32, 1)
     assert why in space.reason(config)
     with pytest.raises(sl.ScheduleError, match=r"16-byte cp\.async"):
@@ -87,7 +88,8 @@ def test_legal_points_never_differ_only_in_a_knob_their_template_ignores() -> No
     simt = [c for c in points if not c["tensor_core"]]
     mma = [c for c in points if c["tensor_core"]]
     assert simt and mma
-    assert all(c["stages"] == 1 and c["raster"] == 1 and c["thread_n"] <= 8 for c in simt)
+    assert all(c["stages"] in (1, 2) and c["raster"] == 1 and c["thread_n"] <= 8 for c in simt)
+    assert {c["stages"] for c in simt} == {1, 2}
     assert all(c["vector"] == 1 and c["block_k"] % 16 == 0 for c in mma)
     # a raster group that cannot change the block order is a duplicate of a smaller one
     small = wl.matmul(64, 256, 64, "float16")  # 64 x 32 tiles: 2 block rows
@@ -105,7 +107,8 @@ def test_legal_points_never_differ_only_in_a_knob_their_template_ignores() -> No
     (tc(64, 64, 8, 32, 32, 2), "not a multiple of the mma k=16"),
     (tc(32, 64, 32, 64, 32, 2), "larger than the block tile"),
     (tc(128, 128, 32, 64, 64, 4), "exceed 49152"),
-    (tc(64, 64, 32, 32, 32, 2) | {"tensor_core": False}, "SIMT configs keep them at 1"),
+    (tc(64, 64, 32, 32, 32, 2, raster=4) | {"tensor_core": False}, "SIMT configs keep it at 1"),
+    (tc(64, 64, 32, 32, 32, 3) | {"tensor_core": False}, "single- or double-buffered (stages 1 or 2), not 3"),
 ])
 def test_illegal_tensor_core_points_say_why(config: dict, why: str) -> None:
     space = MATMUL.space(wl.matmul(1024, 1024, 1024, "float16"), H100)
@@ -214,7 +217,7 @@ def test_carver_ranks_tensor_cores_and_its_top10_runs(toolchain: None) -> None:
 
 def test_carver_fp32_ranking_stays_simt() -> None:
     df = sl.carver.carve(wl.matmul(4096, 4096, 4096), "h100", topk=10)
-    assert not df["tensor_core"].any() and (df["stages"] == 1).all() and (df["raster"] == 1).all()
+    assert not df["tensor_core"].any() and df["stages"].isin([1, 2]).all() and (df["raster"] == 1).all()
     assert (df["compute_unit"] == "SIMT fp32").all()
 
 

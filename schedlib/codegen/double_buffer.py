@@ -1,0 +1,184 @@
+"""Emission of double-buffered shared tiles (the ``double_buffer`` primitive); mixed into the kernel writer.
+
+For copies marked ``double_buffer`` attached before loop ``k`` of extent ``n``, the kernel becomes::
+
+    __syncthreads();                       // the slots are free
+    { const int k = 0; copy into slot 0 }  // the first tile, as before
+    __syncthreads();
+    for (int k = 0; k < n; ++k) {
+      const int sl_cur = k & 1, sl_nxt = sl_cur ^ 1;
+      T sl_pf_A[m];                        // this thread's values of the next tile
+      if (k + 1 < n) { const int k = sl_next; sl_pf_A[j] = A[...]; }    // loads in flight ...
+      ... the loop body, reading slot sl_cur ...                            // ... while this runs
+      if (k + 1 < n) { const int k = sl_next; A_shared[slot sl_nxt] = sl_pf_A[j]; }
+      __syncthreads();                     // one barrier per iteration
+    }
+
+Slot ``sl_nxt`` was last read in iteration ``k - 1``, which every thread finished before the barrier that
+closed it, so one barrier per iteration is enough: the write of the next tile needs no barrier before it.
+The copies' own loops outside their thread bindings are unrolled, so ``sl_pf_A`` stays in registers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schedlib.codegen.cuda_expr import ctype, mangle
+from schedlib.codegen.layout import size_elements
+from schedlib.errors import BuildError
+from schedlib.ir.dtype import BYTES
+from schedlib.ir.expr import Const, Expr, Var, as_int
+from schedlib.ir.func import Block, Buffer, Loop
+from schedlib.ir.primitives.pipeline import DOUBLE_BUFFER, THREAD_TAGS
+
+CURRENT, NEXT = "sl_cur", "sl_nxt"
+
+
+def is_double_buffered(block: Block) -> bool:
+    return bool(dict(block.annotations).get(DOUBLE_BUFFER))
+
+
+def slot_stride(buf: Buffer) -> int:
+    """Elements from one slot of a double-buffered tile to the next: the tile, rounded up to 16 bytes so that
+    vector accesses stay aligned in both slots."""
+    size = as_int(size_elements(buf))
+    if size is None:
+        raise BuildError(f"shared buffer {buf.name} has a symbolic size; it cannot be double-buffered")
+    per = max(1, 16 // BYTES[buf.dtype])
+    return -(-size // per) * per
+
+
+class DoubleBuffer:
+    """The prologue, prefetch and store phases of double-buffered copies; see the module docstring."""
+
+    func: Any
+    lines: list[str]
+    last_sync: bool
+    slot_of: dict[str, str]  # double-buffered buffer -> the slot variable its accesses use now ("" = slot 0)
+    staging: tuple[str, str] | None  # ("load" | "store", register array) while a copy runs split in two
+    staged_types: dict[str, tuple[str, bool]]  # register array -> (element type, one vector per entry)
+
+    def _emit(self, line: str) -> None: ...
+    def _open(self, head: str = "") -> None: ...
+    def _close(self, n: int = 1) -> None: ...
+    def _sync(self) -> None: ...
+    def chain(self, block: Block, ctx: Any) -> None: ...
+    def printer(self, e: Expr) -> str: ...
+
+    def _slot_offset(self, buf: Buffer) -> Expr | None:
+        slot = self.slot_of.get(buf.name)
+        return Var(slot) * Const(slot_stride(buf)) if slot else None  # no slot variable: slot 0
+
+    def _double_buffered_before(self, host: Block, lp: Loop) -> list[Block]:
+        copies = [b for b in self.func.attached_at(host.name, lp.name, "before") if is_double_buffered(b)]
+        if copies and (lp.thread is not None or lp.vectorized):
+            raise BuildError(f"double-buffered copies {', '.join(b.name for b in copies)} sit at {lp.name}, "
+                             "which is not a serial loop")
+        inside = {b.name for b in self.func.subtree(host.name, host.loop_index(lp.name))}
+        for b in copies:  # compute_at keeps readers inside; a later primitive might not
+            outside = sorted({c.name for c in self.func.consumers(b.store)} - inside)
+            if outside:
+                raise BuildError(f"double-buffered {b.store} is read outside {lp.name} (by {', '.join(outside)}); "
+                                 "its slot changes every iteration")
+        if copies and self.slot_of.get("") is not None:
+            raise BuildError(f"{lp.name}: double-buffered copies sit inside the loop of other double-buffered "
+                             f"copies ({self.slot_of['']}); they cannot nest")
+        return copies
+
+    def _db_prologue(self, copies: list[Block], lp: Loop, ctx: Any) -> None:
+        """Before loop ``lp``: its first iteration's tiles, into slot 0."""
+        self.last_sync = False
+        self._sync()
+        for b in copies:
+            self.slot_of[b.store] = ""
+        self._open("")
+        self._emit(f"const int {mangle(lp.name)} = 0;")
+        for b in copies:
+            self.chain(b, ctx)
+        self._close()
+        self._sync()
+
+    def _db_next(self, lp: Loop) -> str:
+        return f"{mangle(lp.name)} + 1 < {self.printer(lp.extent)}"
+
+    def _db_prefetch(self, copies: list[Block], lp: Loop, ctx: Any) -> None:
+        """At the top of ``lp``'s body: the slot variables, and the next iteration's values into registers."""
+        v = mangle(lp.name)
+        self._emit(f"const int {CURRENT} = {v} & 1, {NEXT} = {CURRENT} ^ 1, sl_next_{v} = {v} + 1;")
+        self.slot_of[""] = lp.name  # the loop whose slots are in use (no buffer is named "")
+        for b in copies:
+            self.slot_of[b.store] = CURRENT
+        self._staged(copies, lp, ctx, "load")
+
+    def _db_store(self, copies: list[Block], lp: Loop, ctx: Any) -> None:
+        """At the end of ``lp``'s body: the registers into the other slot, then the iteration's one barrier."""
+        for b in copies:
+            self.slot_of[b.store] = NEXT
+        self._staged(copies, lp, ctx, "store")
+        for b in copies:
+            del self.slot_of[b.store]
+        del self.slot_of[""]
+        self.last_sync = False
+        self._sync()
+
+    def _staged(self, copies: list[Block], lp: Loop, ctx: Any, mode: str) -> None:
+        v = mangle(lp.name)
+        for b in copies:
+            reg = f"sl_pf_{mangle(b.store)}"
+            at = len(self.lines)
+            self._open(f"if ({self._db_next(lp)})")
+            self._emit(f"const int {v} = sl_next_{v}; (void){v};  // the next iteration's tile")
+            self.staging = (mode, reg)
+            try:
+                self.chain(b, ctx)
+            finally:
+                self.staging = None
+            self._close()
+            if mode == "load":  # the array's element type is the copy's access type, known only now
+                element, vector = self.staged_types[reg]
+                indent = self.lines[at][: len(self.lines[at]) - len(self.lines[at].lstrip())]
+                self.lines.insert(at, f"{indent}{element} {reg}[{prefetch_values(b, vector)}];")
+
+    def _staged_index(self, block: Block, skip: Loop | None) -> str:
+        """This thread's slot in the register array: the copy's loops outside its thread bindings (and
+        outside ``skip``, a loop moved as one vector) in row-major order."""
+        index: Expr = Const(0)
+        for lp in block.loops:
+            if lp.thread in THREAD_TAGS or lp is skip:
+                continue
+            index = index * Const(as_int(lp.extent)) + Var(lp.name)  # type: ignore[arg-type]
+        return self.printer(index)
+
+    def _staged_statement(self, block: Block, value: str) -> None:
+        """A scalar copy statement split in two: the load into the register, or the register into the tile."""
+        assert self.staging is not None
+        mode, reg = self.staging
+        slot = self._staged_index(block, None)
+        if mode == "load":
+            self.staged_types[reg] = (ctype(self.func.buffer(block.store).dtype), False)
+            self._emit(f"{reg}[{slot}] = {value};")
+        else:
+            target = self._store(block)[1]  # type: ignore[attr-defined]
+            self._emit(f"{target} = {reg}[{slot}];")
+
+    def _staged_vector(self, block: Block, lp: Loop, vtype: str, dst: str, src: str) -> str:
+        """A vector copy split in two; returns the statement."""
+        assert self.staging is not None
+        mode, reg = self.staging
+        slot = self._staged_index(block, lp)
+        if mode == "load":
+            self.staged_types[reg] = (vtype, True)
+            return f"{reg}[{slot}] = SL_VLOAD({vtype}, {src});"
+        return f"SL_VSTORE({vtype}, {dst}, {reg}[{slot}]);"
+
+
+def prefetch_values(block: Block, vector: bool) -> int:
+    """Entries of the register array one thread fills for ``block``: its non-thread loops' points (without the
+    innermost loop when it moves as one vector)."""
+    loops = [lp for lp in block.loops if lp.thread not in THREAD_TAGS]
+    if vector and loops and loops[-1].vectorized:
+        loops = loops[:-1]
+    count = 1
+    for lp in loops:
+        count *= as_int(lp.extent) or 1
+    return count

@@ -1,0 +1,55 @@
+"""The SIMT matmul's ``stages=2``: A and B double-buffered in shared memory, the next k tile loaded into
+registers while the current one is multiplied.  Numbers on the emulator, the shape of the loop, the space and
+the default."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import schedlib as sl
+from schedlib import workloads as wl
+from schedlib.rules import get_rule
+
+MATMUL = get_rule("matmul")
+H100 = sl.hw.load("h100")
+BIG = MATMUL.default_config(wl.matmul(4096, 4096, 4096), H100)  # 128 x 128 x 8, 8 x 8 per thread, float4 copies
+
+
+def test_the_fp32_default_double_buffers_when_k_has_several_steps() -> None:
+    assert BIG["stages"] == 2 and not BIG["tensor_core"]
+    assert MATMUL.default_config(wl.matmul(256, 256, 8), H100)["stages"] == 1  # one k step: nothing to overlap
+    tiling = MATMUL.tiling(wl.matmul(4096, 4096, 4096), H100, BIG)
+    assert tiling.stages == 2 and tiling.shared_bytes == 2 * (128 + 128) * 8 * 4
+
+
+@pytest.mark.parametrize("m, n, k, kw", [
+    (256, 256, 64, {}),
+    (200, 136, 76, {"epilogue": "bias_relu"}),  # ragged in every axis: the last k tile is partial
+    (128, 128, 40, {"trans_a": True, "trans_b": True, "batch": 2}),
+], ids=["even", "ragged-bias-relu", "transposed-batch"])
+def test_double_buffered_simt_matmul_matches_numpy(m: int, n: int, k: int, kw: dict, toolchain: None) -> None:
+    f = wl.matmul(m, n, k, **kw)
+    config = {**BIG, "block_m": 64, "block_n": 64, "thread_m": 4, "thread_n": 4, "vector": 2}  # 256 threads
+    sch = MATMUL.apply(f, "h100", config)
+    kernel = sl.build(sch, "h100")
+    rng = np.random.default_rng(m + n + k)
+    ins = {name: rng.standard_normal([int(d.value) for d in f.buffer(name).shape]).astype(np.float32)
+           for name in f.inputs}
+    want = sl.run_reference(f, ins)[f.outputs[0]]
+    got = kernel.run_cpu(*(ins[name] for name in f.inputs), bounds_check=True)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_k_loop_prefetches_and_meets_one_barrier(toolchain: None) -> None:
+    sch = MATMUL.apply(wl.matmul(4096, 4096, 4096), "h100", BIG)
+    assert [step["args"]["block"] for step in sch.trace.steps if step["primitive"] == "double_buffer"] == [
+        "A_shared", "B_shared"]
+    kernel = sl.build(sch, "h100")
+    body = kernel.source[kernel.source.index("for (int C_k_0 = 0;"):]
+    body = body[:body.index("C_local_ax0")]
+    assert body.count("__syncthreads();") == 1
+    assert "uint4 sl_pf_A_shared[1];" in body and "uint4 sl_pf_B_shared[1];" in body
+    assert "SL_SHARED(float, A_shared, 2048);" in kernel.source  # two 128 x 8 slots
+    resources = kernel.compile_check()
+    assert resources.spill_bytes == 0 and resources.registers <= 128  # still two 256-thread blocks per SM
