@@ -66,6 +66,28 @@ def test_a_vector_copy_is_prefetched_as_vectors() -> None:
     np.testing.assert_allclose(kernel.run_cpu(a, bounds_check=True), a.sum(1), rtol=1e-5)
 
 
+def test_the_build_refuses_what_later_primitives_made_of_the_loop() -> None:
+    A = sl.placeholder((16, 8), "float32", "A")
+    s = sl.Schedule(sl.func([A, sl.compute((16, 8), lambda i, j: A[i, j] * 2.0, "D")]))
+    s.split("D.i", [None, 4])
+    s.cache_read("D", "A", "shared")
+    s.compute_at("A_shared", "D.i_0")
+    s.double_buffer("A_shared")
+    s.bind("D.i_0", "blockIdx.x")  # no next iteration in a block to fetch ahead for
+    with pytest.raises(sl.BuildError, match=r"sit at D\.i_0, which is not a serial loop"):
+        sl.build(s, "h100")
+    nested = sl.Schedule(sl.workloads.matmul(4, 4, 8))
+    nested.split("C.k", [None, 4])
+    nested.cache_read("C", "A", "shared")
+    nested.cache_read("C", "B", "shared")
+    nested.compute_at("A_shared", "C.i")
+    nested.compute_at("B_shared", "C.k_0")
+    nested.double_buffer("A_shared")
+    nested.double_buffer("B_shared")
+    with pytest.raises(sl.BuildError, match=r"inside the loop of other double-buffered copies \(C\.i\)"):
+        sl.build(nested, "h100")
+
+
 def _not_a_copy() -> sl.Schedule:
     return schedule(_row_sum(), lambda s: s.split("C.k", [None, 4]), lambda s: s.cache_read("C", "A", "shared"),
                     lambda s: s.cache_read("C", "A_shared", "shared"),
