@@ -10,7 +10,9 @@
    top-k, a short search (gpu backend), and the vendor library.  % of roofline uses the measured ceilings.
    fp16 matmuls also get ``rule[tensor_core=wgmma]``, ``rule[tensor_core=wgmma_ws]`` and
    ``rule[tensor_core=True]`` rows: the cp.async-fed wgmma, the warp-specialized TMA wgmma and the mma.sync
-   templates' defaults next to the TMA-fed wgmma default that Hopper's rule picks.
+   templates' defaults next to the TMA-fed wgmma default that Hopper's rule picks.  One-knob variants of the
+   rule default show what a knob buys: ``rule[stages=1]`` (the SIMT matmul single-buffered, next to its
+   double-buffered default) and ``rule[stage_row=True]`` (softmax/RMSNorm rows staged in shared memory).
    Before them, a tensor-core self-check (``sl.report.tensor_core_selfcheck``): each tensor-core template
    the card has (wgmma with TMA, with cp.async, with a producer warp; mma.sync), every operand layout, fp16
    and bf16, against
@@ -81,13 +83,17 @@ def ceilings() -> dict[str, float]:
     return out
 
 
+# rule default with one knob changed, where the workload's rule has the knob and its default differs
+VARIANTS = ({"stages": 1}, {"stage_row": True})
+
+
 def run_one(spec: WorkloadSpec, args: argparse.Namespace, ceil: dict[str, float] | None) -> None:
     """One workload in this process (the child side): its rows to ``<out>/parts/<label>.csv``."""
     target = "h100" if args.dry_run else sl.hw.detect()
     backend = "estimate" if args.dry_run else "gpu"
     templates = ("wgmma", "wgmma_ws", True) if spec.params.get("dtype") in ("float16", "bfloat16") else ()
     df = compare([spec], target, topk=args.topk, trials=args.trials, backend=backend, ceilings=ceil,
-                 templates=templates)
+                 templates=templates, variants=VARIANTS)
     df.to_csv(Path(args.out) / "parts" / f"{spec.label}.csv", index=False)
 
 

@@ -9,7 +9,7 @@ against the vendor result first).  Without one, times come from the carver's mod
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -115,18 +115,24 @@ class _Timer:
 def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[str] = METHODS, *, topk: int = 5,
             trials: int = 16, strategy: str = "tpe", storage: str | None = None, backend: str | None = None,
             ceilings: dict[str, float] | None = None, quiet: bool = True,
-            templates: Sequence[Any] = ()) -> pd.DataFrame:
+            templates: Sequence[Any] = (), variants: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
     """One row per workload x method (``carver`` gives a top-1 and a best-of-top-k row).
 
     ``backend`` is ``"gpu"`` or ``"estimate"``; by default ``gpu`` when a device is visible.  ``templates``
     adds a ``rule[tensor_core=V]`` row per value V with that template's default, for workloads whose rule has
-    it (the matmul's ``True`` = mma.sync next to Hopper's wgmma default, say).  A method that fails (a kernel
+    it (the matmul's ``True`` = mma.sync next to Hopper's wgmma default, say).  ``variants`` adds a
+    ``rule[knob=value]`` row per mapping of knob values: the rule default with those knobs changed (what one
+    knob buys, side by side: ``{"stages": 1}`` for the fp32 matmul), for workloads whose rule space has the
+    knobs and a default that differs.  A method that fails (a kernel
     that does not build, or computes a different result) gets a row with no time and ``source`` saying why;
     the other methods still run.
     """
     workloads = [workloads] if isinstance(workloads, (str, WorkloadSpec, Func)) else list(workloads)
     methods = (methods,) if isinstance(methods, str) else tuple(methods)
     _check_arguments(workloads, methods, topk, trials, strategy, backend)
+    if isinstance(variants, Mapping) or not all(isinstance(v, Mapping) and v and all(isinstance(k, str) for k in v)
+                                                for v in variants):
+        raise ValueError(f"compare: variants must be a list of non-empty {{knob: value}} mappings, got {variants!r}")
     measured = (backend or ("gpu" if gpu_available() else "estimate")) == "gpu"
     if measured:
         require_cupy()  # before any work, with the install hint
@@ -142,7 +148,8 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
         peak, bw = _peak(profile, w.dtype, ceilings)
         timer.prepare(func, spec)
         base = {"workload": label, "shape": _shape(func), "dtype": w.dtype}
-        found = _run_methods(func, profile, methods, timer, topk, trials, strategy, storage, quiet, templates)
+        found = _run_methods(func, profile, methods, timer, topk, trials, strategy, storage, quiet, templates,
+                             variants)
         for _method, info in found:
             if "history" in info:
                 histories[label] = info.pop("history")
@@ -207,8 +214,8 @@ def _failed(exc: BaseException) -> dict[str, Any]:
 
 
 def _run_methods(func: Func, profile: HardwareProfile, methods: Sequence[str], timer: _Timer, topk: int,
-                 trials: int, strategy: str, storage: str | None, quiet: bool, templates: Sequence[Any] = ()
-                 ) -> list[tuple[str, dict[str, Any]]]:
+                 trials: int, strategy: str, storage: str | None, quiet: bool, templates: Sequence[Any] = (),
+                 variants: Sequence[Mapping[str, Any]] = ()) -> list[tuple[str, dict[str, Any]]]:
     out: list[tuple[str, dict[str, Any]]] = []
     # the vendor first: its time survives a later kernel that takes the device down with it
     vendor = _vendor_row(timer) if "vendor" in methods else None
@@ -221,6 +228,8 @@ def _run_methods(func: Func, profile: HardwareProfile, methods: Sequence[str], t
             out.append((method, {"rule": None, "config": None, "tuning_s": 0.0, "trials": 0, **_failed(exc)}))
     for template in templates:
         out += _template_row(func, profile, timer, template)
+    for variant in variants:
+        out += _variant_row(func, profile, timer, variant)
     if vendor is not None:
         out.append(("vendor", vendor))
     return out
@@ -239,6 +248,28 @@ def _template_row(func: Func, profile: HardwareProfile, timer: _Timer, template:
         return []
     name = f"rule[tensor_core={template}]"
     info = {"rule": rule.name, "config": config, "tuning_s": 0.0, "trials": 0}
+    try:
+        return [(name, {**info, **_timed(timer, rule.apply(func, profile, config), rule, config)})]
+    except Exception as exc:
+        return [(name, {**info, **_failed(exc)})]
+
+
+def _variant_row(func: Func, profile: HardwareProfile, timer: _Timer, variant: Mapping[str, Any]
+                 ) -> list[tuple[str, dict[str, Any]]]:
+    from schedlib.rules import find_rule
+
+    rule = find_rule(func, profile)
+    space = rule.space(func, profile)
+    default = rule.default_config(func, profile)
+    config = {**default, **variant}
+    if not set(variant) <= set(space.names) or config == default:  # another rule's knob, or the rule row itself
+        return []
+    name = "rule[" + ",".join(f"{k}={v}" for k, v in variant.items()) + "]"
+    info = {"rule": rule.name, "config": config, "tuning_s": 0.0, "trials": 0}
+    why = space.reason(config)
+    if why is not None:
+        nan = float("nan")
+        return [(name, {**info, "time_us": nan, "p20_us": nan, "p80_us": nan, "source": f"not in the space: {why}"})]
     try:
         return [(name, {**info, **_timed(timer, rule.apply(func, profile, config), rule, config)})]
     except Exception as exc:
