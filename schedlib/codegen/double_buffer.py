@@ -57,12 +57,7 @@ class DoubleBuffer:
     staging: tuple[str, str] | None  # ("load" | "store", register array) while a copy runs split in two
     staged_types: dict[str, tuple[str, bool]]  # register array -> (element type, one vector per entry)
 
-    def _emit(self, line: str) -> None: ...
-    def _open(self, head: str = "") -> None: ...
-    def _close(self, n: int = 1) -> None: ...
-    def _sync(self) -> None: ...
-    def chain(self, block: Block, ctx: Any) -> None: ...
-    def printer(self, e: Expr) -> str: ...
+    printer: Any  # the writer's ExprPrinter; _emit, _open, _close, _sync, _store and chain are the writer's too
 
     def _slot_offset(self, buf: Buffer) -> Expr | None:
         slot = self.slot_of.get(buf.name)
@@ -151,7 +146,7 @@ class DoubleBuffer:
             self.staged_types[reg] = (ctype(self.func.buffer(block.store).dtype), False)
             self._emit(f"{reg}[{slot}] = {value};")
         else:
-            target = self._store(block)[1]  # type: ignore[attr-defined]
+            target = self._store(block)[1]
             self._emit(f"{target} = {reg}[{slot}];")
 
     def _staged_vector(self, block: Block, lp: Loop, vtype: str, dst: str, src: str) -> str:
