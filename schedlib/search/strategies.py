@@ -241,14 +241,14 @@ class GridStrategy(Strategy):
 
     def __init__(self) -> None:
         super().__init__()
-        self._cursor = 0
+        self._points: Iterator[Config] | None = None
 
     def propose(self, study: optuna.Study, trial: FrozenTrial) -> Proposal | None:
-        legal, taken = self.ctx.codec.legal(), self.ctx.taken()
-        while self._cursor < len(legal):
-            config = legal[self._cursor]
-            self._cursor += 1
-            if self.ctx.codec.key(config) not in taken:
+        codec, taken = self.ctx.codec, self.ctx.taken()
+        if self._points is None:  # a space too large to list is walked lazily, in the same order
+            self._points = iter(codec.legal()) if codec.enumerable else codec.space.enumerate()
+        for config in self._points:
+            if codec.key(config) not in taken:
                 return Proposal(dict(config), "grid")
         return self.ctx.fill(taken)
 

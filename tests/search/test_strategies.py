@@ -175,3 +175,17 @@ def test_evolutionary_refines_the_incumbent_with_a_neighbour() -> None:
         steps = [sum(abs(k.values.index(row["config"][k.name]) - k.values.index(c[k.name])) for k in codec.free)
                  for c in before["config"]]
         assert 1 in steps
+
+
+def test_grid_walks_a_space_too_large_to_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the codec's listing limit (the fp16 matmul space's product is 403,200 points) the grid takes the
+    legal points lazily, in the same lexicographic order, instead of refusing."""
+    import schedlib.search.codec as codec
+
+    rule, func = ToyRule(), toy_func()
+    legal = list(rule.space(func, "h100").enumerate())
+    monkeypatch.setattr(codec, "ENUMERATE_LIMIT", 3)
+    backend = CountingReplay(toy_table(rule, func))
+    S.tune(func, "h100", trials=5, strategy="grid", storage="memory", backend=backend, rule=rule, quiet=True,
+           warm_start=False)
+    assert [S.config_key(c) for c in backend.measured] == [S.config_key(c) for c in legal[:5]]
