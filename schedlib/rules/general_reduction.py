@@ -18,7 +18,6 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from schedlib.errors import ScheduleError
 from schedlib.hw import HardwareProfile
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import as_int
@@ -172,8 +171,7 @@ def _stage_row(s: Schedule, facts: GeneralReductionFacts, row: str, threads: int
                vectorize: bool) -> None:
     """One shared copy of the row for every pass, filled by the row's threads ``unroll`` columns at a time."""
     name = facts.row_input
-    if name is None:
-        raise ScheduleError("general_reduction.apply", "stage_row", True, "no input is read by several passes")
+    assert name is not None, "the space's check refuses stage_row without a row input"
     readers = [b for b in s.blocks if name in s.func.block(b).read_buffers]
     copy = s.cache_read(readers[0], name, "shared", consumers=readers[1:])
     s.compute_at(copy, row)

@@ -71,6 +71,15 @@ def test_space_refuses_rows_it_cannot_stage() -> None:
     assert RULE.space(wl.softmax(4, 70000, "float16"), H100).is_legal({"threads": 256, "unroll": 4,
                                                                        "stage_row": True})
     assert RULE.default_config(wl.softmax(4, 4096), H100)["stage_row"] is False
+    # each input read by one pass only: nothing to share between passes
+    X = sl.placeholder((4, 64), "float32", "X")
+    W = sl.placeholder((4, 64), "float32", "W")
+    k = sl.reduce_axis(64, "k")
+    R = sl.compute((4,), lambda i: sl.sum(W[i, k], axis=k), "R")
+    once = sl.func([X, W, sl.compute((4, 64), lambda i, j: X[i, j] * R[i], "Y")])
+    why = RULE.space(once, H100).reason({"threads": 32, "unroll": 1, "stage_row": True})
+    assert why == "stage_row needs an input that several passes read (none is read more than once per row)"
+    assert RULE.tiling(once, H100, {"threads": 32, "unroll": 1, "stage_row": False}).rereads == {}
 
 
 def _figures(func: sl.Func, config: dict) -> dict:
