@@ -2,8 +2,9 @@
 builds, compiles with nvcc within the profile's register and shared-memory limits (no spills, at least
 one resident block with the real register count), and matches numpy on the CPU emulator.
 
-Emulator-sized shapes keep this affordable; kernels of one (workload, target) are compiled and run in
-parallel threads (nvcc and g++ are subprocesses), and both compilers cache by content hash.
+Emulator-sized shapes keep this affordable: the kernels of one (workload, target) are compile-checked in
+parallel threads (nvcc is a subprocess) and run from one emulator library (one g++ build instead of ten: each
+kernel's entry points, outputs and tensor maps renamed apart); both compilers cache by content hash.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from schedlib.ir.dtype import is_float, numpy_dtype
 from schedlib.ir.func import Func
 from schedlib.ir.reference import evaluate_int
 from schedlib.rules import find_rule, get_rule
+from schedlib.runtime.emulator import KernelLaunch, emulate
 from schedlib.runtime.emulator.build import find_gxx
 from schedlib.runtime.nvcc import find_nvcc, nvrtc_available
 from schedlib.workloads import BUILTINS
 
+PRELUDE_END = "// ---- end of the schedlib CUDA prelude ----"
 TARGETS = ("h100", "a100")
 TOPK = 10
 
@@ -75,12 +78,8 @@ def _tolerance(dtype: str) -> tuple[float, float]:
     return (2e-2, 2e-2) if dtype in ("float16", "bfloat16") else (1e-4, 1e-4)
 
 
-def _check(func: Func, target: str, rule_name: str, config: dict, inputs: dict, expected: dict) -> str | None:
-    """None when the config's kernel is sound, else what is wrong with it."""
-    profile = load(target)
-
-    sch = get_rule(rule_name).apply(func, profile, config)
-    kernel = sl.build(sch, profile)
+def _resources(kernel: sl.Kernel, profile: Any) -> list[str]:
+    """What the compile check finds wrong with ``kernel`` on ``profile`` (nothing: an empty list)."""
     report = kernel.compile_check(profile.arch)
     problems = []
     if report.registers > profile.max_registers_per_thread:
@@ -98,11 +97,51 @@ def _check(func: Func, target: str, rule_name: str, config: dict, inputs: dict, 
         if not occupancy(profile, math.prod(spec.block), max(res.registers, 1), smem).fits:
             problems.append(f"{spec.name}: {math.prod(spec.block)} threads x {res.registers} registers "
                             f"and {smem} B shared do not fit an SM")
-    got = kernel.run_cpu(*(inputs[n] for n in func.inputs))
-    got = got if isinstance(got, tuple) else (got,)
-    for name, value in zip(func.outputs, got):
-        dtype = func.buffer(name).dtype
-        want = expected[name]
+    return problems
+
+
+def _run_together(kernels: list[sl.Kernel], inputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Every kernel's outputs, from emulator libraries shared by kernels with the same helpers (the text
+    between the prelude and the first kernel): kernel ``i``'s entry points, outputs, scratch buffers and
+    tensor maps are suffixed ``__i`` so that the kernels run side by side on the same inputs."""
+    groups: dict[str, list[int]] = {}
+    heads, texts = [], []
+    for i, k in enumerate(kernels):
+        head, body = k.source.split(PRELUDE_END, 1)
+        helpers, first, rest = body.partition('extern "C"')
+        heads.append(head + PRELUDE_END)
+        texts.append(first + rest)
+        groups.setdefault(helpers, []).append(i)
+    results: list[dict[str, np.ndarray]] = [{} for _ in kernels]
+    for helpers, members in groups.items():
+        source = heads[members[0]] + helpers
+        launches, args = [], {}
+        for i in members:
+            k = kernels[i]
+            k_launches, k_args, outputs = k._emulator_launch([inputs[n] for n in k.func.inputs])
+            own = {*outputs, *(b.name for b in k.module.scratch),
+                   *(tm.param for spec in k.launch for tm in spec.tensor_maps)}
+            rename = {name: f"{name}__{i}" for name in own}
+            text = texts[i]
+            for launch in k_launches:
+                text = text.replace(f" {launch.name}(", f" {launch.name}__{i}(")
+                launches.append(KernelLaunch(f"{launch.name}__{i}", launch.grid, launch.block,
+                                             tuple(rename.get(p, p) for p in launch.params), launch.dynamic_smem))
+            source += text
+            args.update({rename.get(name, name): value for name, value in k_args.items()})
+            results[i] = {name: args[rename[name]] for name in outputs}
+        emulate(source, launches, args)
+    for k, outputs in zip(kernels, results):
+        for name in outputs:
+            if k.func.buffer(name).dtype == "bfloat16":  # the emulator's bf16 arrays hold the raw 16 bits
+                outputs[name] = (outputs[name].astype(np.uint32) << 16).view(np.float32)
+    return results
+
+
+def _mismatches(func: Func, got: dict[str, np.ndarray], expected: dict) -> list[str]:
+    problems = []
+    for name in func.outputs:
+        dtype, value, want = func.buffer(name).dtype, got[name], expected[name]
         if is_float(dtype):
             rtol, atol = _tolerance(dtype)
             ok = np.allclose(np.asarray(value, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol)
@@ -111,7 +150,7 @@ def _check(func: Func, target: str, rule_name: str, config: dict, inputs: dict, 
         if not ok:
             err = np.nanmax(np.abs(np.asarray(value, np.float64) - np.asarray(want, np.float64)))
             problems.append(f"output {name} differs from numpy (max abs error {err:.3g})")
-    return "; ".join(problems) or None
+    return problems
 
 
 @needs_compilers
@@ -128,7 +167,11 @@ def test_top_configs_build_compile_and_match_numpy(builder: str, case: str, kwar
     inputs = _inputs(func, rng)
     expected = sl.run_reference(func, inputs)
     configs = list(df["config"])
+    profile = load(target)
+    kernels = [sl.build(get_rule(rule.name).apply(func, profile, c), profile) for c in configs]
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        results = list(pool.map(lambda c: _check(func, target, rule.name, c, inputs, expected), configs))
-    failures = [f"rank {i} {c}: {why}" for i, (c, why) in enumerate(zip(configs, results)) if why]
+        problems = list(pool.map(lambda k: _resources(k, profile), kernels))
+    for found, outputs in zip(problems, _run_together(kernels, inputs)):
+        found += _mismatches(func, outputs, expected)
+    failures = [f"rank {i} {c}: {'; '.join(why)}" for i, (c, why) in enumerate(zip(configs, problems)) if why]
     assert not failures, "\n".join(failures)
