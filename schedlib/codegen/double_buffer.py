@@ -28,8 +28,8 @@ from schedlib.codegen.layout import size_elements
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Const, Expr, Var, as_int
-from schedlib.ir.func import Block, Buffer, Loop
-from schedlib.ir.primitives.pipeline import DOUBLE_BUFFER, THREAD_TAGS
+from schedlib.ir.func import THREAD_INDEX_TAGS, Block, Buffer, Loop
+from schedlib.ir.primitives.pipeline import DOUBLE_BUFFER
 
 CURRENT, NEXT = "sl_cur", "sl_nxt"
 
@@ -54,6 +54,7 @@ class DoubleBuffer:
     lines: list[str]
     last_sync: bool
     slot_of: dict[str, str]  # double-buffered buffer -> the slot variable its accesses use now ("" = slot 0)
+    db_loop: str | None  # the loop whose slots are in use (double-buffered loops do not nest)
     staging: tuple[str, str] | None  # ("load" | "store", register array) while a copy runs split in two
     staged_types: dict[str, tuple[str, bool]]  # register array -> (element type, one vector per entry)
 
@@ -68,9 +69,9 @@ class DoubleBuffer:
         if copies and (lp.thread is not None or lp.vectorized):
             raise BuildError(f"double-buffered copies {', '.join(b.name for b in copies)} sit at {lp.name}, "
                              "which is not a serial loop")
-        if copies and self.slot_of.get("") is not None:
+        if copies and self.db_loop is not None:
             raise BuildError(f"{lp.name}: double-buffered copies sit inside the loop of other double-buffered "
-                             f"copies ({self.slot_of['']}); they cannot nest")
+                             f"copies ({self.db_loop}); they cannot nest")
         return copies
 
     def _db_prologue(self, copies: list[Block], lp: Loop, ctx: Any) -> None:
@@ -93,7 +94,7 @@ class DoubleBuffer:
         """At the top of ``lp``'s body: the slot variables, and the next iteration's values into registers."""
         v = mangle(lp.name)
         self._emit(f"const int {CURRENT} = {v} & 1, {NEXT} = {CURRENT} ^ 1, sl_next_{v} = {v} + 1;")
-        self.slot_of[""] = lp.name  # the loop whose slots are in use (no buffer is named "")
+        self.db_loop = lp.name
         for b in copies:
             self.slot_of[b.store] = CURRENT
         self._staged(copies, lp, ctx, "load")
@@ -105,7 +106,7 @@ class DoubleBuffer:
         self._staged(copies, lp, ctx, "store")
         for b in copies:
             del self.slot_of[b.store]
-        del self.slot_of[""]
+        self.db_loop = None
         self.last_sync = False
         self._sync()
 
@@ -132,7 +133,7 @@ class DoubleBuffer:
         outside ``skip``, a loop moved as one vector) in row-major order."""
         index: Expr = Const(0)
         for lp in block.loops:
-            if lp.thread in THREAD_TAGS or lp is skip:
+            if lp.thread in THREAD_INDEX_TAGS or lp is skip:
                 continue
             index = index * Const(as_int(lp.extent)) + Var(lp.name)  # type: ignore[arg-type]
         return self.printer(index)
@@ -163,7 +164,7 @@ class DoubleBuffer:
 def prefetch_values(block: Block, vector: bool) -> int:
     """Entries of the register array one thread fills for ``block``: its non-thread loops' points (without the
     innermost loop when it moves as one vector)."""
-    loops = [lp for lp in block.loops if lp.thread not in THREAD_TAGS]
+    loops = [lp for lp in block.loops if lp.thread not in THREAD_INDEX_TAGS]
     if vector and loops and loops[-1].vectorized:
         loops = loops[:-1]
     count = 1

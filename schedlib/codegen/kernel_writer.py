@@ -87,6 +87,7 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
         self.n_vec = 0
         self.vector_regs: dict[Load, str] = {}  # reads staged in registers by a vectorized loop
         self.slot_of: dict[str, str] = {}
+        self.db_loop: str | None = None
         self.staging: tuple[str, str] | None = None
         self.staged_types: dict[str, tuple[str, bool]] = {}
         self.double_buffered = {b.store for b in self.blocks if is_double_buffered(b)}
@@ -144,8 +145,7 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
     def _flat(self, buf: Buffer, indices: tuple[Expr, ...]) -> Expr:
         """Flat index with the block's bindings substituted and simplified under the loop ranges, so
         register arrays end up indexed by constants once loops are unrolled."""
-        flat = flatten(buf, indices)
-        offset = self._slot_offset(buf) if buf.name in self.double_buffered else None
+        flat, offset = flatten(buf, indices), self._slot_offset(buf)
         return simplify(substitute(flat if offset is None else flat + offset, self.bindings), self.ranges)
 
     def _index(self, buf: Buffer, indices: tuple[Expr, ...]) -> str:
@@ -326,14 +326,19 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
         self._emit(f"{target} = static_cast<{ctype(buf.dtype)}>({combined});")
 
     # assembly ---------------------------------------------------------------------------------
+    def _shared_array(self, b: Buffer) -> tuple[str, str, int, int]:
+        """(C type, name, elements, bytes) of a shared buffer's allocation: two slots when double-buffered."""
+        if b.name in self.double_buffered:
+            n = 2 * slot_stride(b)
+            return ctype(b.dtype), mangle(b.name), n, n * BYTES[b.dtype]
+        return ctype(b.dtype), mangle(b.name), as_int(size_elements(b)) or 0, const_bytes(b)
+
     def write(self) -> tuple[str, KernelSpec]:
         self.chain(self.root, _Ctx())
         body = self.lines
         decls: list[str] = []
         # Every shared array, tiles and reduction scratch alike, rounded to its 16-byte alignment.
-        arrays = [(ctype(b.dtype), mangle(b.name), 2 * slot_stride(b), 2 * slot_stride(b) * BYTES[b.dtype])
-                  if b.name in self.double_buffered else
-                  (ctype(b.dtype), mangle(b.name), as_int(size_elements(b)) or 0, const_bytes(b)) for b in self.shared]
+        arrays = [self._shared_array(b) for b in self.shared]
         arrays += [(t, name, n, n * 4 if t in ("float", "int") else n * 8) for t, name, n in self.scratch_arrays]
         total = sum((nbytes + 15) // 16 * 16 for *_, nbytes in arrays)
         static, dynamic = total, 0

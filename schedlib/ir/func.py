@@ -18,7 +18,8 @@ from schedlib.errors import IRError
 from schedlib.ir.expr import Const, Expr, Load, Var
 from schedlib.ir.simplify import free_vars, loads, map_children, substitute
 
-THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+THREAD_INDEX_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", *THREAD_INDEX_TAGS)
 SCOPES = ("global", "shared", "local")
 # Partial results one thread keeps in registers across a cross-thread reduction (its spatial "lanes").
 MAX_LANES = 16

@@ -129,10 +129,7 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     """
     workloads = [workloads] if isinstance(workloads, (str, WorkloadSpec, Func)) else list(workloads)
     methods = (methods,) if isinstance(methods, str) else tuple(methods)
-    _check_arguments(workloads, methods, topk, trials, strategy, backend)
-    if isinstance(variants, Mapping) or not all(isinstance(v, Mapping) and v and all(isinstance(k, str) for k in v)
-                                                for v in variants):
-        raise ValueError(f"compare: variants must be a list of non-empty {{knob: value}} mappings, got {variants!r}")
+    _check_arguments(workloads, methods, topk, trials, strategy, backend, variants)
     measured = (backend or ("gpu" if gpu_available() else "estimate")) == "gpu"
     if measured:
         require_cupy()  # before any work, with the install hint
@@ -170,7 +167,7 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
 
 
 def _check_arguments(workloads: list[Any], methods: tuple[Any, ...], topk: int, trials: int, strategy: str,
-                     backend: str | None) -> None:
+                     backend: str | None, variants: Sequence[Mapping[str, Any]] = ()) -> None:
     """Refuse bad arguments up front: a failure inside a method becomes a row, which would hide them."""
     from schedlib.search.strategies import STRATEGIES
 
@@ -189,6 +186,9 @@ def _check_arguments(workloads: list[Any], methods: tuple[Any, ...], topk: int, 
         raise ValueError(f"compare: unknown strategy {strategy!r}; expected one of {list(STRATEGIES)}")
     if backend not in (None, "gpu", "estimate"):
         raise ValueError(f"compare: backend={backend!r} must be 'gpu', 'estimate' or None (gpu when present)")
+    if isinstance(variants, Mapping) or not all(isinstance(v, Mapping) and v and all(isinstance(k, str) for k in v)
+                                                for v in variants):
+        raise ValueError(f"compare: variants must be a list of non-empty {{knob: value}} mappings, got {variants!r}")
 
 
 def _finish(row: dict[str, Any], w: Work, peak: float, bw: float, measured: bool) -> dict[str, Any]:
@@ -246,12 +246,7 @@ def _template_row(func: Func, profile: HardwareProfile, timer: _Timer, template:
         config = rule.template_default(func, profile, template)
     except ValueError:  # the template is not in this workload's space
         return []
-    name = f"rule[tensor_core={template}]"
-    info = {"rule": rule.name, "config": config, "tuning_s": 0.0, "trials": 0}
-    try:
-        return [(name, {**info, **_timed(timer, rule.apply(func, profile, config), rule, config)})]
-    except Exception as exc:
-        return [(name, {**info, **_failed(exc)})]
+    return _config_row(f"rule[tensor_core={template}]", func, profile, timer, rule, config)
 
 
 def _variant_row(func: Func, profile: HardwareProfile, timer: _Timer, variant: Mapping[str, Any]
@@ -265,11 +260,18 @@ def _variant_row(func: Func, profile: HardwareProfile, timer: _Timer, variant: M
     if not set(variant) <= set(space.names) or config == default:  # another rule's knob, or the rule row itself
         return []
     name = "rule[" + ",".join(f"{k}={v}" for k, v in variant.items()) + "]"
-    info = {"rule": rule.name, "config": config, "tuning_s": 0.0, "trials": 0}
     why = space.reason(config)
     if why is not None:
         nan = float("nan")
-        return [(name, {**info, "time_us": nan, "p20_us": nan, "p80_us": nan, "source": f"not in the space: {why}"})]
+        return [(name, {"rule": rule.name, "config": config, "tuning_s": 0.0, "trials": 0, "time_us": nan,
+                        "p20_us": nan, "p80_us": nan, "source": f"not in the space: {why}"})]
+    return _config_row(name, func, profile, timer, rule, config)
+
+
+def _config_row(name: str, func: Func, profile: HardwareProfile, timer: _Timer, rule: Any, config: dict[str, Any]
+                ) -> list[tuple[str, dict[str, Any]]]:
+    """One row timing ``rule`` at ``config`` (no tuning), or saying why it failed."""
+    info = {"rule": rule.name, "config": config, "tuning_s": 0.0, "trials": 0}
     try:
         return [(name, {**info, **_timed(timer, rule.apply(func, profile, config), rule, config)})]
     except Exception as exc:

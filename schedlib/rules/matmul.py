@@ -16,6 +16,7 @@ out (rows not 16-byte aligned), ``tensor_core=True`` stays listed and ``check`` 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -240,13 +241,12 @@ class MatmulRule(Rule):
         tm = 8 if bm >= 64 else max(1, bm // 16)
         tn = 8 if bn >= 64 else max(1, bn // 16)
         # double-buffered where the k loop has a next tile to fetch (a single 8-deep step: nothing to overlap)
-        for stages in (2, 1) if const_or(facts.extents[facts.k], 4096) > 8 else (1,):
-            for bk in (8, 16):
-                for vector in (4, 2, 1):
-                    config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn,
-                              "vector": vector, "split_k": 1, "stages": stages, "tensor_core": False, "raster": 1}
-                    if space.is_legal(config):
-                        return config
+        stage_choices = (2, 1) if const_or(facts.extents[facts.k], 4096) > 8 else (1,)
+        for stages, bk, vector in itertools.product(stage_choices, (8, 16), (4, 2, 1)):
+            config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn,
+                      "vector": vector, "split_k": 1, "stages": stages, "tensor_core": False, "raster": 1}
+            if space.is_legal(config):
+                return config
         return next(space.enumerate())
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:

@@ -10,13 +10,12 @@ import math
 from dataclasses import replace
 
 from schedlib.ir.expr import Load, as_int
-from schedlib.ir.func import Func
+from schedlib.ir.func import THREAD_INDEX_TAGS, Func
 from schedlib.ir.primitives.common import fail, get_block
 
 # Elements one thread may hold in flight for one prefetched copy (registers: the copy's values wait in them
 # while the tile before is computed on).
 MAX_PREFETCH_VALUES = 64
-THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 DOUBLE_BUFFER = "double_buffer"
 
 
@@ -77,7 +76,7 @@ def double_buffer(func: Func, block: str) -> tuple[Func, None]:
         fail(prim, "block", block, f"is attached at {loop.name}, which is "
                                    f"{'bound to ' + loop.thread if loop.thread else 'vectorized'}; it needs a "
                                    "serial loop")
-    per_thread = [as_int(lp.extent) for lp in blk.loops if lp.thread not in THREAD_TAGS]
+    per_thread = [as_int(lp.extent) for lp in blk.loops if lp.thread not in THREAD_INDEX_TAGS]
     if any(n is None for n in per_thread):
         fail(prim, "block", block, "has a loop of symbolic extent outside its thread loops; the values a "
                                    "thread prefetches must fit a fixed register array")
