@@ -24,11 +24,11 @@ from typing import Any
 from schedlib.codegen.cuda_expr import compute_type, ctype, literal, mangle
 from schedlib.errors import BuildError
 from schedlib.ir.expr import as_int
-from schedlib.ir.func import MAX_LANES, Block, Loop
+from schedlib.ir.func import MAX_LANES, THREAD_INDEX_TAGS, Block, Loop
 from schedlib.ir.simplify import conjuncts, free_vars
 from schedlib.ir.tensor import identity
 
-THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+THREAD_TAGS = THREAD_INDEX_TAGS
 
 
 class CrossThreadReduction:

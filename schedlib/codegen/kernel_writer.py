@@ -26,12 +26,12 @@ from schedlib.codegen.vector_access import VectorAccess
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Const, Expr, Load, as_int
-from schedlib.ir.func import Block, Buffer, Func, Loop
+from schedlib.ir.func import THREAD_INDEX_TAGS, Block, Buffer, Func, Loop
 from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, substitute, var_ranges
 
 STATIC_SMEM_LIMIT = 48 * 1024
 SYMBOL_PREFIX = "$"  # launch parameters that are symbolic sizes, not buffers
-THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+THREAD_TAGS = THREAD_INDEX_TAGS
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 
 
