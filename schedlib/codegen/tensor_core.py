@@ -1,19 +1,18 @@
 """Lowering of a checked warp-tiled matmul (:class:`~schedlib.codegen.mma_pattern.MmaPlan`) to one CUDA kernel:
 ``cp.async`` ring -> XOR-swizzled shared tiles -> ``ldmatrix`` -> ``mma.sync.m16n8k16`` -> epilogue in registers.
 
-* Global -> shared: each operand tile is copied in 16-byte chunks (8 elements), one ``cp.async`` per chunk,
-  through ``stages`` buffers: tile ``kt + stages - 1`` is requested while tile ``kt`` is multiplied, and
-  ``cp.async.wait_group(stages - 2)`` + ``__syncthreads`` make tile ``kt`` visible.  ``stages = 1`` is one
-  synchronous buffer.  Chunks outside the operand (M/N/K edges) are written as zeros instead, so edge tiles
-  add nothing; the operand's rows being 16-byte aligned (checked) makes every chunk wholly in or out.
-* Shared layout: a tile is stored as ``rows x cols`` with ``cols`` the operand's contiguous dimension, and
-  chunk ``q`` of row ``r`` lives at chunk ``q ^ ((r / rows_per_128B) % chunks_in_128B)``.  ldmatrix reads 8
-  rows at one chunk column; without the XOR, rows 128 bytes apart hit the same 4 banks (an 8-way conflict
-  for a 64-element row).  The XOR puts the 8 rows on 8 distinct 16-byte bank groups for every tile width,
-  costs no memory (padding would: +25% at block_k=32, pushing the 3-stage 128x128 tile past the 48 KiB
-  static limit) and keeps every chunk 16-byte aligned for cp.async.
+* Global -> shared (:mod:`schedlib.codegen.operand_copy`): each operand tile is copied in 16-byte chunks, one
+  ``cp.async`` per chunk, through ``stages`` ring slots: tile ``kt + stages - 1`` is requested while tile
+  ``kt`` is multiplied, and ``cp.async.wait_group(stages - 2)`` + ``__syncthreads`` make tile ``kt`` visible.
+  ``stages = 1`` is one synchronous buffer.  The slots read and refilled advance by a compare, not a
+  ``% stages`` (a multiply-high and a multiply per step for 3 stages).
+* Shared layout: XOR-swizzled rows (:func:`~schedlib.codegen.operand_copy.swizzle`), so that the 8 rows an
+  ldmatrix reads lie on 8 distinct 16-byte bank groups.  The swizzle costs no memory (padding would: +25% at
+  block_k=32, pushing the 3-stage 128x128 tile past the 48 KiB static limit) and keeps every chunk 16-byte
+  aligned for cp.async.
 * Fragments: A via ``ldmatrix.x4`` (``.trans`` when A is stored K x M), B two n8 tiles per ``ldmatrix.x4``
-  (``.trans`` when B is stored K x N), so all four layouts read shared memory with 16-byte rows.
+  (``.trans`` when B is stored K x N), so all four layouts read shared memory with 16-byte rows.  Where each lane's
+  ldmatrix rows start in a slot is computed once, before the k loop (``sl_fa`` / ``sl_fb``).
 * Epilogue: every accumulator element is owned by the lane the IR's lane loop gives it; the write-back
   block's expression (bias, residual, activation, cast) is evaluated there and stored, guarded along the
   dimensions the block tiles do not divide.
@@ -35,8 +34,9 @@ from schedlib.codegen.kernel_writer import (
     tmap_param,
 )
 from schedlib.codegen.layout import flatten
-from schedlib.codegen.mma_pattern import COPY_ELEMENTS, MmaPlan, Operand, plan
-from schedlib.ir.expr import Const, Expr, Load, Var, as_int
+from schedlib.codegen.mma_pattern import MmaPlan, Operand, plan
+from schedlib.codegen.operand_copy import OperandCopy, swizzle
+from schedlib.ir.expr import Const, Expr, Load, Var
 from schedlib.ir.func import Block, Func
 from schedlib.ir.simplify import simplify
 
@@ -47,17 +47,7 @@ def is_tensor_core_root(root: Block) -> bool:
     return "tensor_core" in dict(root.annotations)
 
 
-def swizzle(row: str, cols: int) -> str:
-    """C expression of the XOR applied to the chunk index of ``row`` in a tile ``cols`` elements wide."""
-    chunks = cols // COPY_ELEMENTS
-    width = min(chunks, 8)  # 16-byte chunks one 128-byte bank line holds of this row
-    per_line = max(1, 8 // chunks)  # rows sharing one 128-byte line
-    if width == 1:
-        return "0"
-    return f"((({row}) >> {int(math.log2(per_line))}) & {width - 1})"
-
-
-class TensorCoreWriter(FragmentEpilogue):
+class TensorCoreWriter(OperandCopy, FragmentEpilogue):
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
         self.func = func
         self.plan: MmaPlan = plan(func, root)
@@ -97,80 +87,21 @@ class TensorCoreWriter(FragmentEpilogue):
         return self.plan.tile[op.rows], self.plan.tile[op.cols]
 
     def _origin(self, axis: str) -> str:
+        """:meth:`_origin_expr` as C."""
         p = self.plan
         if axis == p.k:
             return f"sl_kt * {p.tile[p.k]}"
         return f"{mangle(p.loops['by' if axis == p.m else 'bx'])} * {p.tile[axis]}"
 
+    def _origin_expr(self, axis: str) -> Expr:
+        """First index along ``axis`` of this block's tile (of k step ``sl_kt`` for k)."""
+        p = self.plan
+        block = Var("sl_kt") if axis == p.k else Var(p.loops["by" if axis == p.m else "bx"])
+        return block * Const(p.tile[axis])
+
     def _batch(self) -> dict[str, Expr]:
         p = self.plan
         return {a.name: b for a, b in zip(p.main.axes, p.main.bindings) if a.name in p.batch}
-
-    def _copy(self, op: Operand, smem: str, threads: int) -> None:
-        """One operand tile of k-step ``sl_kt`` into ring slot ``sl_stage``: 16-byte cp.async or zeros."""
-        rows, cols = self._tile_shape(op)
-        chunks, per_row = rows * cols // COPY_ELEMENTS, cols // COPY_ELEMENTS
-        index = dict(self._batch())
-        index[op.rows], index[op.cols] = Var("sl_gr"), Var("sl_gc")
-        src = flatten(op.source, tuple(index[r] for r in op.roles))
-        limit_r, limit_c = op.source.shape[-2], op.source.shape[-1]
-        self.open_chunks(chunks, per_row, threads)
-        self.emit(f"const int sl_gr = {self._origin(op.rows)} + sl_r, sl_gc = {self._origin(op.cols)} + sl_q * 8;")
-        for line in self._chunk_offset(op):
-            self.emit(line)
-        copy = f"sl_cp_async_16(&{smem}[sl_dst], &{mangle(op.source.name)}[{self._e(src)}]);"
-        guard = " && ".join(f"{var} < {self._e(limit)}" for axis, var, limit in
-                            ((op.rows, "sl_gr", limit_r), (op.cols, "sl_gc", limit_c)) if self._partial(axis, limit))
-        if guard:
-            self.emit(f"if ({guard}) {copy}")
-            self.emit(f"else SL_VSTORE(uint4, {smem}, sl_dst, make_uint4(0u, 0u, 0u, 0u));")
-        else:  # every tile lies inside the operand: no compare, and no zero-fill store that ptxas must pad
-            self.emit(copy)
-        self.close_chunks(chunks, threads)
-
-    def _partial(self, axis: str, limit: Expr) -> bool:
-        """Whether some tile of the operand dimension indexed by ``axis`` (``limit`` long) reaches past it."""
-        return self.ragged(axis) or as_int(limit) != as_int(self.plan.extent(axis))
-
-    def open_chunks(self, chunks: int, per_row: int, threads: int) -> None:
-        """A block-wide loop over ``chunks`` 16-byte chunks of a tile ``per_row`` chunks wide: chunk ``sl_c``,
-        at row ``sl_r`` and chunk ``sl_q`` of its row (guarded when the threads do not divide the chunks)."""
-        self.loop("sl_i", -(-chunks // threads))
-        self.emit(f"const int sl_c = sl_tid + sl_i * {threads};")
-        if chunks % threads:
-            self.open(f"if (sl_c < {chunks})")
-        self.emit(f"const int sl_r = sl_c / {per_row}, sl_q = sl_c % {per_row};")
-
-    def close_chunks(self, chunks: int, threads: int) -> None:
-        if chunks % threads:
-            self.close()
-        self.close()
-
-    def _loader(self, smem: dict[str, str], threads: int) -> None:
-        """``sl_ktiles`` and ``sl_load(slot, kt)``, which requests both operand tiles of k step ``kt``."""
-        p = self.plan
-        bk = p.tile[p.k]
-        self.emit(f"const int sl_ktiles = ({self._e(p.extent(p.k))} + {bk - 1}) / {bk};")
-        self.emit("auto sl_load = [&](int sl_stage, int sl_kt) {")
-        self.depth += 1
-        self._copy(p.a, smem["a"], threads)
-        self._copy(p.b, smem["b"], threads)
-        self.depth -= 1
-        self.emit("};")
-
-    def _chunk_offset(self, op: Operand) -> list[str]:
-        """Statements defining ``sl_dst``: the element offset in the operand's shared ring of chunk ``sl_q`` of
-        tile row ``sl_r`` in slot ``sl_stage``."""
-        rows, cols = self._tile_shape(op)
-        return [f"const int sl_dst = sl_stage * {rows * cols} + sl_r * {cols} + "
-                f"((sl_q ^ {swizzle('sl_r', cols)}) << 3);"]
-
-    def _ldmatrix(self, dst: str, smem: str, op: Operand, row: str, chunk: str, suffix: str, swizzled: str) -> None:
-        """One ``ldmatrix.x4`` into ``dst``: this lane's row of the current ring slot, at 16-byte chunk ``chunk``
-        of that row after the XOR swizzle ``swizzled`` (the value :func:`swizzle` gives for the row)."""
-        rows, cols = self._tile_shape(op)
-        self.emit(f"sl_ldmatrix_x4{suffix}({dst}, &{smem}[sl_stage * {rows * cols} + ({row}) * {cols} + "
-                  f"((({chunk}) ^ {swizzled}) << 3)]);")
 
     def _fragment_rows(self, op: Operand, first: str, mn_bit: str, k_bit: str) -> tuple[str, str, str]:
         """(row, 16-byte chunk, ldmatrix suffix) this lane addresses for one ldmatrix.x4 of ``op``: 16 rows of
@@ -181,23 +112,50 @@ class TensorCoreWriter(FragmentEpilogue):
             return f"{first} + sl_lr + ({mn_bit} << 3)", f"sl_ks * 2 + {k_bit}", ""
         return f"sl_ks * 16 + sl_lr + ({k_bit} << 3)", f"(({first}) >> 3) + {mn_bit}", "_trans"
 
+    # Matrix q = lane / 8 of an ldmatrix.x4 gets its 8 row addresses from lanes 8q..8q+7 (row lane % 8).
+    # A (m16 x k16): q&1 selects rows 8..15 of m, q>>1 the k half.  B pair: q&1 the k half, q>>1 the n8 tile.
+    def _fragment_reads(self) -> dict[str, tuple[Operand, str, str, str, str, str]]:
+        """Per operand: (operand, tile loop, row, chunk, ldmatrix suffix, swizzle variable) of its ldmatrix.x4
+        reads, one per k16 step and m16 tile (A) or pair of n8 tiles (B)."""
+        p = self.plan
+        return {"a": (p.a, "sl_mt", *self._fragment_rows(p.a, "sl_wm + sl_mt * 16", "(sl_lq & 1)", "(sl_lq >> 1)"),
+                      "sl_swa"),
+                "b": (p.b, "sl_np", *self._fragment_rows(p.b, "sl_wn + sl_np * 16", "(sl_lq >> 1)", "(sl_lq & 1)"),
+                      "sl_swb")}
+
+    def _fragment_offsets(self) -> None:
+        """``sl_fa[ks][mt]`` / ``sl_fb[ks][np]``: where in a ring slot this lane's ldmatrix rows start, computed
+        once: the k loop then adds only the slot's offset (the swizzle XOR keeps them from being one base plus
+        constants)."""
+        p = self.plan
+        steps, tiles = p.tile[p.k] // 16, {"a": p.warp[0] // 16, "b": p.warp[1] // 16}
+        for key, (op, tile, row, chunk, _, swizzled) in self._fragment_reads().items():
+            cols = self._tile_shape(op)[1]
+            self.emit(f"int sl_f{key}[{steps}][{tiles[key]}];")
+            self.loop("sl_ks", steps)
+            self.loop(tile, tiles[key])
+            self.emit(f"sl_f{key}[sl_ks][{tile}] = ({row}) * {cols} + ((({chunk}) ^ {swizzled}) << 3);")
+            self.close()
+            self.close()
+
+    def _ldmatrix(self, dst: str, smem: str, key: str) -> None:
+        """One ``ldmatrix.x4`` of operand ``key`` into ``dst`` from the current ring slot."""
+        op, tile, _, _, suffix, _ = self._fragment_reads()[key]
+        rows, cols = self._tile_shape(op)
+        self.emit(f"sl_ldmatrix_x4{suffix}({dst}, &{smem}[sl_stage * {rows * cols} + sl_f{key}[sl_ks][{tile}]]);")
+
     def _fragments(self, smem: dict[str, str]) -> None:
         """One k16 step: A fragments of every m16 tile, then B two n8 tiles at a time, and the mmas."""
         p = self.plan
         wm, wn = p.warp
         mt, nt = wm // 16, wn // 8
-        a, b = p.a, p.b
-        # Matrix q = lane / 8 of an ldmatrix.x4 gets its 8 row addresses from lanes 8q..8q+7 (row lane % 8).
-        # A (m16 x k16): q&1 selects rows 8..15 of m, q>>1 the k half.  B pair: q&1 the k half, q>>1 the n8 tile.
         self.emit(f"unsigned sl_a[{mt}][4];")
         self.loop("sl_mt", mt)
-        self._ldmatrix("sl_a[sl_mt]", smem["a"], a, *self._fragment_rows(a, "sl_wm + sl_mt * 16", "(sl_lq & 1)",
-                                                                         "(sl_lq >> 1)"), "sl_swa")
+        self._ldmatrix("sl_a[sl_mt]", smem["a"], "a")
         self.close()
         self.loop("sl_np", nt // 2)
         self.emit("unsigned sl_b[4];")
-        self._ldmatrix("sl_b", smem["b"], b, *self._fragment_rows(b, "sl_wn + sl_np * 16", "(sl_lq >> 1)",
-                                                                  "(sl_lq & 1)"), "sl_swb")
+        self._ldmatrix("sl_b", smem["b"], "b")
         self.loop("sl_mt", mt)
         for half in (0, 1):
             acc = f"sl_acc[sl_mt][sl_np * 2 + {half}]"
@@ -245,21 +203,24 @@ class TensorCoreWriter(FragmentEpilogue):
         for _ in range(3):
             self.close()
         self._loader(smem, threads)
+        self._fragment_offsets()
         bk, s = p.tile[p.k], p.stages
         if s > 1:
             self.loop("sl_s", s - 1)
             self.emit("if (sl_s < sl_ktiles) sl_load(sl_s, sl_s);")
             self.emit("sl_cp_async_commit();")
             self.close()
+        if s > 1:  # ring slots read and refilled this step, advanced by a compare rather than a % s
+            self.emit(f"int sl_read = 0, sl_fill = {s - 1};")
         self.open(f"for (int {mangle(p.loops['ko'])} = 0; {mangle(p.loops['ko'])} < sl_ktiles; "
                   f"++{mangle(p.loops['ko'])})")
         ko = mangle(p.loops["ko"])
         if s > 1:
             self.emit(f"sl_cp_async_wait<{s - 2}>();")
             self.emit("__syncthreads();")
-            self.emit(f"if ({ko} + {s - 1} < sl_ktiles) sl_load(({ko} + {s - 1}) % {s}, {ko} + {s - 1});")
+            self.emit(f"if ({ko} + {s - 1} < sl_ktiles) sl_load(sl_fill, {ko} + {s - 1});")
             self.emit("sl_cp_async_commit();")
-            self.emit(f"const int sl_stage = {ko} % {s};")
+            self.emit("const int sl_stage = sl_read;")
         else:
             self.emit("__syncthreads();  // the previous step's tiles are no longer read")
             self.emit(f"sl_load(0, {ko});")
@@ -270,6 +231,9 @@ class TensorCoreWriter(FragmentEpilogue):
         self.loop("sl_ks", bk // 16)
         self._fragments(smem)
         self.close()
+        if s > 1:
+            self.emit(f"sl_read = sl_read == {s - 1} ? 0 : sl_read + 1;")
+            self.emit(f"sl_fill = sl_fill == {s - 1} ? 0 : sl_fill + 1;")
         self.close()
         if self._pairs_fit_output():
             _, out, target = self._writeback_parts()

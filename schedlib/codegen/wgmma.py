@@ -114,6 +114,9 @@ class WgmmaWriter(TensorCoreWriter):
         return SharedLayout(False, width, rows * width, 8 * width, slot)
 
     # pieces -----------------------------------------------------------------------------------
+    def _invariant_swizzle(self, op: Operand, threads: int) -> bool:
+        return False  # the wgmma layouts swizzle byte-address bits; each chunk's offset is computed as it is
+
     def _chunk_offset(self, op: Operand) -> list[str]:
         lay = self.layouts["a" if op is self.plan.a else "b"]
         if lay.k_major:  # row sl_r of width bytes, chunk sl_q

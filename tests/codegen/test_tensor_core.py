@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import schedlib as sl
-from schedlib.codegen.tensor_core import swizzle
+from schedlib.codegen.operand_copy import swizzle
 from schedlib.rules import get_rule
 from schedlib.rules import matmul_tc as tc
 from schedlib.rules.matmul import analyze_matmul
@@ -142,3 +142,35 @@ def test_the_epilogue_guards_only_the_dims_the_tiles_do_not_divide(m: int, n: in
     paired = "SL_VSTORE_REGS(unsigned, D," in src
     assert paired == (n % 64 == 0)
     assert ("= sl_acc[sl_mt][sl_nt][sl_e];" in src) == (not paired)
+
+
+@pytest.mark.parametrize(("shape", "config", "a_path", "b_path"), [
+    # 128 threads, A 64x32 and B 32x64 in rows 32 and 8 apart: a pointer per k step, slot offsets hoisted
+    ((128, 128, 128), (64, 64, 32, 32, 32), "pointer", "pointer"),
+    # M = 100: A's rows are guarded, so its chunk addresses are formed only under the guard
+    ((100, 128, 128), (64, 64, 32, 32, 32), "guarded", "pointer"),
+    # 64 threads over 16-chunk rows of B: rows 4 apart, inside the 8-row swizzle period, so each chunk's
+    # shared offset is computed; its source is still the pointer plus a constant
+    ((64, 256, 128), (32, 128, 32, 32, 64), "pointer", "swizzled"),
+    # A's 16x16 tile is 32 chunks for 128 threads: the generic guarded chunk loop
+    ((64, 128, 64), (16, 64, 16, 16, 16), "chunks", "pointer"),
+])
+def test_copy_addresses_are_loop_invariants_where_the_threads_tile_the_rows(
+        shape: tuple[int, int, int], config: tuple[int, int, int, int, int], a_path: str, b_path: str) -> None:
+    """Each k step's copy should cost one address per operand, not one per chunk: a thread's chunks of an
+    operand lie whole rows apart, so its first row, chunk and (when the swizzle repeats) shared offset are
+    computed before the k loop.  The ring slots advance by compares, never by ``% stages``."""
+    f = sl.workloads.matmul(*shape, "float16")
+    src = sl.build(MATMUL.apply(f, "a100", tc_config(*config, 3)), "a100").source.split("prelude ----")[-1]
+    k_loop = src.split("for (int C_k_0 = 0;")[1]
+    assert "% 3" not in k_loop and "sl_read = sl_read == 2 ? 0 : sl_read + 1;" in k_loop
+    for key, path in (("a", a_path), ("b", b_path)):
+        load = src.split("auto sl_load")[1].split("};")[0]
+        shared = key.upper() + "_shared"
+        copies = [line.strip() for line in load.splitlines() if f"sl_cp_async_16(&{shared}" in line]
+        assert len(copies) == 1, load
+        assert (f"sl_{key}_src + sl_i * " in copies[0]) == (path in ("pointer", "swizzled")), copies
+        assert (f"const int sl_{key}_r0 = sl_tid / " in src) == (path != "chunks")
+        assert (f"const int sl_{key}_dst0 = " in src) == (path in ("pointer", "guarded"))
+        assert copies[0].startswith("if (") == (path == "guarded")
+    assert ("if (sl_c < 32)" in src) == ("chunks" in (a_path, b_path))
