@@ -4,6 +4,7 @@ instead of a price for a config the rule cannot build or an error from deep insi
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -48,11 +49,14 @@ def test_symbolic_values_must_be_ints(value: object) -> None:
 
 @pytest.mark.parametrize("func", [None, "matmul", 5])
 def test_entry_points_need_a_func(func: object) -> None:
-    with pytest.raises(TypeError, match="Func"):
+    got = type(func).__name__
+    with pytest.raises(TypeError, match=re.escape(f"carver: expected a Func (from sl.func or sl.workloads), "
+                                                  f"got {got} {func!r}")):
         sl.carver.carve(func, "h100")
-    with pytest.raises(TypeError, match="Func"):
+    with pytest.raises(TypeError, match=re.escape(f"apply_default: expected a Func or a list of Funcs, got {got}")):
         apply_default(func, "h100")
-    with pytest.raises(TypeError, match="Func"):
+    with pytest.raises(TypeError, match=re.escape(f"explain: expected a Func (from sl.func or sl.workloads), "
+                                                  f"got {got} {func!r}")):
         explain(func, "h100")
 
 

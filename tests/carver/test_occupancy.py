@@ -76,5 +76,5 @@ def test_volta_has_no_shared_reserve() -> None:
 
 
 def test_rejects_empty_block() -> None:
-    with pytest.raises(ValueError, match="threads"):
+    with pytest.raises(ValueError, match="occupancy: threads=0 must be positive"):
         occupancy(load("h100"), 0, 32, 0)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pandas as pd
 import pytest
 
+import schedlib.search as S
 from schedlib.report import COLUMNS
+from schedlib.search.records import COUNTED, OK, trial_rows
+from schedlib.search.storage import resolve_storage
 from schedlib.suites import parse_workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,11 +66,23 @@ def test_carve_prints_the_ranked_table() -> None:
 
 def test_tune_on_the_estimate_backend(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'tune.db'}"
-    proc = run("tune", "gemv:N=1024,K=1024,dtype=float16", "--trials", "6", "--storage", storage,
-               "--backend", "estimate", "--quiet")
+    spec = "gemv:N=1024,K=1024,dtype=float16"
+    proc = run("tune", spec, "--trials", "6", "--storage", storage, "--backend", "estimate", "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("best: ")
     assert (tmp_path / "tune.db").exists()
+    printed = re.fullmatch(r"best: (\S+) us  config: (\{.*\})", proc.stdout.strip())
+    assert printed is not None, proc.stdout
+    # the database holds the study the command printed: its best config, and one record per trial asked for
+    func = parse_workload(spec).build()
+    assert S.apply_best(func, "h100", storage, backend="estimate").config == json.loads(printed[2])
+    store, _ = resolve_storage(storage, create=False)
+    (name,) = optuna.get_all_study_names(store)
+    rows = trial_rows(optuna.load_study(study_name=name, storage=store).get_trials(deepcopy=False), [])
+    counted = [r for r in rows if r["status"] in COUNTED]
+    assert len(counted) == 6 and len({r["config_key"] for r in counted}) == 6, rows
+    best = min(r["time_us"] for r in counted if r["status"] == OK)
+    assert printed[1] == f"{best:.3g}"
 
 
 def test_compare_writes_csv_with_documented_columns(tmp_path: Path) -> None:
@@ -77,29 +95,33 @@ def test_compare_writes_csv_with_documented_columns(tmp_path: Path) -> None:
     assert df["pct_roofline"].map(math.isfinite).all()
 
 
-@pytest.mark.parametrize("args", [
-    ("schedule", "nosuch:M=3"),
-    ("schedule", "matmul:M=-4"),
-    ("schedule", "matmul:Q=4"),
-    ("schedule", "matmul:M"),
-    ("schedule", "matmul:M=8", "--target", "nosuchgpu"),
-    ("carve", "matmul", "--topk", "0"),
-    ("tune", "matmul", "--strategy", "annealing"),
-    ("compare", "--suite", "nosuch"),
-    ("compare", "--workload", "transpose:M=8,N=8", "--methods", "rule", "--out", "/proc/forbidden/report"),
-    ("profiles", "show", "nosuchgpu"),
-    ("frobnicate",),
-    ("schedule", "matmul:M=64,N=64,K=64", "--rule", "matmul", "--config", "[1]"),
-    ("schedule", "matmul:M=64,N=64,K=64,trans_a=maybe"),
-    ("schedule", "matmul:M=64,M=128"),
-    ("schedule", "matmul:M=8192,N=8192,K=64", "--emulate"),
-    ("demo", "--out", "/proc/version"),
+@pytest.mark.parametrize(("args", "needle"), [
+    (("schedule", "nosuch:M=3"), "unknown workload 'nosuch'"),
+    (("schedule", "matmul:M=-4"), "workload matmul: M='-4' must be a positive int"),
+    (("schedule", "matmul:Q=4"), "workload matmul: unknown parameter(s) ['Q']"),
+    (("schedule", "matmul:M"), "workload spec 'matmul:M': 'M' is not key=value"),
+    (("schedule", "matmul:M=8", "--target", "nosuchgpu"), "unknown hardware profile 'nosuchgpu'"),
+    (("carve", "matmul", "--topk", "0"), "argument --topk: 0 must be at least 1"),
+    (("tune", "matmul", "--strategy", "annealing"), "argument --strategy: invalid choice: 'annealing'"),
+    (("compare", "--suite", "nosuch"), "unknown suite 'nosuch'"),
+    (("compare", "--workload", "transpose:M=8,N=8", "--methods", "rule", "--out", "/proc/forbidden/report"),
+     "cannot write the report to /proc/forbidden/report"),
+    (("profiles", "show", "nosuchgpu"), "unknown hardware profile 'nosuchgpu'"),
+    (("frobnicate",), "argument command: invalid choice: 'frobnicate'"),
+    (("schedule", "matmul:M=64,N=64,K=64", "--rule", "matmul", "--config", "[1]"),
+     "--config must be a JSON object of knob values, got '[1]'"),
+    (("schedule", "matmul:M=64,N=64,K=64,trans_a=maybe"), "workload matmul: trans_a='maybe' must be true or false"),
+    (("schedule", "matmul:M=64,M=128"), "workload spec 'matmul:M=64,M=128': M is given twice"),
+    (("schedule", "matmul:M=8192,N=8192,K=64", "--emulate"),
+     "--emulate: the buffers hold 68,157,440 elements, more than the CPU emulator's 16,777,216"),
+    (("demo", "--out", "/proc/version"), "cannot write the report to /proc/version"),
 ])
-def test_bad_arguments_give_one_line_and_exit_2(args: tuple[str, ...]) -> None:
+def test_bad_arguments_give_one_line_and_exit_2(args: tuple[str, ...], needle: str) -> None:
     proc = run(*args)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("schedlib: error: "), proc.stderr
+    assert needle in lines[0], (needle, lines[0])
     assert "Traceback" not in proc.stderr
 
 

@@ -3,6 +3,7 @@ GPU entry point on a machine without a GPU."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -253,8 +254,9 @@ def test_wrong_output_given(matmul_kernel: sl.Kernel, rng: np.random.Generator) 
 
 def test_shape_error_is_a_value_error(matmul_kernel: sl.Kernel, rng: np.random.Generator) -> None:
     _, B = _ab(rng)
-    with pytest.raises(ValueError):
+    with pytest.raises(sl.ShapeError, match=re.escape("matmul: input A has dtype int32, expected float32")) as info:
         matmul_kernel.run_cpu(np.ones((5, 7), np.int32), B)
+    assert isinstance(info.value, ValueError)
 
 
 @pytest.mark.emulator

@@ -2,12 +2,14 @@
 
 A case is a Func plus the schedule a rule made for it.  ``check_schedule`` builds it, runs the exact CUDA
 source on the CPU emulator (with bounds checking) against the numpy reference executor of the
-*unscheduled* func on fresh random inputs, then compiles it with nvcc for sm_80 and sm_90 and holds every
-kernel to the matching hardware profile's limits.
+*unscheduled* func on fresh random inputs, then compiles it with nvcc (or NVRTC) for sm_80 and sm_90 and holds
+every kernel to the matching hardware profile's limits.  The emulator needs g++ only: where neither nvcc nor
+NVRTC is found, the compile checks are left out and the numeric comparisons still run.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,7 @@ from schedlib import workloads as wl
 from schedlib.ir.dtype import numpy_dtype, round_to_dtype
 from schedlib.ir.func import Func
 from schedlib.ir.reference import evaluate_int
+from schedlib.runtime.nvcc import find_nvcc, nvrtc_available
 
 ARCH_PROFILE = {"sm_80": "a100", "sm_90": "h100"}
 ARCHS = tuple(ARCH_PROFILE)
@@ -52,13 +55,22 @@ def random_inputs(func: Func, rng: np.random.Generator, symbols: Mapping[str, in
     return out
 
 
+@functools.cache
+def compiler_available() -> bool:
+    """nvcc or NVRTC can compile-check a kernel (what ``Kernel.compile_check`` falls back through)."""
+    return find_nvcc() is not None or nvrtc_available()
+
+
 def thread_count(block: Sequence[int]) -> int:
     return int(np.prod(block))
 
 
 def check_resources(kernel: sl.Kernel, *, spills_allowed: bool = False, archs: Sequence[str] = ARCHS) -> None:
-    """nvcc-compile for every arch; registers, shared memory, threads and spills within that GPU's profile.
-    A wgmma kernel (built for sm_90a) is checked on the Hopper profile only."""
+    """nvcc-compile (or NVRTC) for every arch; registers, shared memory, threads and spills within that GPU's
+    profile.  A wgmma kernel (built for sm_90a) is checked on the Hopper profile only.  Does nothing where
+    neither compiler is found (a test that only compile-checks asks for the ``cuda_compiler`` fixture)."""
+    if not compiler_available():
+        return
     if kernel.arch == "sm_90a":
         archs = [a for a in archs if a == "sm_90"]
     for arch in archs:
@@ -128,7 +140,8 @@ def run_and_compare(func: Func, kernel: sl.Kernel, rng: np.random.Generator,
 def check_schedule(func: Func, schedule: sl.Schedule, rng: np.random.Generator, *,
                    sizes: Sequence[Mapping[str, int]] = ({},), spills_allowed: bool = False,
                    archs: Sequence[str] = ARCHS, kernel: sl.Kernel | None = None) -> sl.Kernel:
-    """Emulate against the reference at each binding of ``sizes``, then compile-check within limits."""
+    """Emulate against the reference at each binding of ``sizes``, then compile-check within limits (where
+    nvcc or NVRTC is found)."""
     kernel = sl.build(schedule, "h100") if kernel is None else kernel
     assert kernel.launch, "the build launched no kernel"
     for symbols in sizes:

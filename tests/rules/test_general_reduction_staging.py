@@ -47,7 +47,7 @@ def test_staged_row_matches_numpy(make, threads: int, unroll: int, toolchain: No
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-def test_staged_kernel_reads_global_memory_once_per_row(toolchain: None) -> None:
+def test_staged_kernel_reads_global_memory_once_per_row(cuda_compiler: None) -> None:
     func = wl.softmax(64, 32000)
     staged = sl.build(RULE.apply(func, "h100", {"threads": 1024, "unroll": 4, "stage_row": True}), "h100")
     plain = sl.build(RULE.apply(func, "h100", {"threads": 1024, "unroll": 4, "stage_row": False}), "h100")

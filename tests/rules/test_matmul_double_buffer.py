@@ -41,7 +41,7 @@ def test_double_buffered_simt_matmul_matches_numpy(m: int, n: int, k: int, kw: d
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_the_k_loop_prefetches_and_meets_one_barrier(toolchain: None) -> None:
+def test_the_k_loop_prefetches_and_meets_one_barrier(cuda_compiler: None) -> None:
     sch = MATMUL.apply(wl.matmul(4096, 4096, 4096), "h100", BIG)
     assert [step["args"]["block"] for step in sch.trace.steps if step["primitive"] == "double_buffer"] == [
         "A_shared", "B_shared"]

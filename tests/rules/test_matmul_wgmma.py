@@ -149,7 +149,8 @@ def test_wgmma_kernel_matches_numpy_and_fits_the_gpu(case: Case, rng: np.random.
 
 
 @pytest.mark.parametrize("template", ["wgmma", "wgmma_tma"])
-def test_a_pipeline_that_refills_slots_in_use_is_caught(template: str, rng: np.random.Generator) -> None:
+def test_a_pipeline_that_refills_slots_in_use_is_caught(template: str, rng: np.random.Generator,
+                                                        toolchain: None) -> None:
     """The generated 3-stage ring keeps one wgmma group in flight and refills only slots whose wgmmas every
     warpgroup has waited for.  Drop the in-loop wait and the refills land under wgmmas still pending: the
     emulator, which performs a wgmma at its wait (and lands a TMA copy when issued), then multiplies later
@@ -193,7 +194,7 @@ def test_carver_ranks_wgmma_on_hopper_and_its_top10_runs(rng: np.random.Generato
         check_schedule(small, MATMUL.apply(small, "h100", config), rng, archs=("sm_90",))
 
 
-def test_the_default_keeps_its_wgmmas_asynchronous(toolchain: None) -> None:
+def test_the_default_keeps_its_wgmmas_asynchronous(cuda_compiler: None) -> None:
     """ptxas keeps wgmma asynchronous only if nothing touches the accumulators between issue and wait; when
     something does, it injects waits (C7517) or serializes the wgmmas (C7515) and says so.  The default kernel
     (and its fused epilogue) draws neither, and a variant touching one accumulator in the loop does."""

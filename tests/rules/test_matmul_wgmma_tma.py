@@ -85,7 +85,7 @@ def test_tma_kernel_matches_numpy_and_fits_the_gpu(case: Case, rng: np.random.Ge
     assert "sl_tma_load_3d" in kernel.source and kernel.arch == "sm_90a"
 
 
-def test_a_slot_waited_with_the_wrong_parity_hangs_and_is_reported() -> None:
+def test_a_slot_waited_with_the_wrong_parity_hangs_and_is_reported(toolchain: None) -> None:
     f = wl.matmul(64, 64, 256, "float16")
     kernel = sl.build(MATMUL.apply(f, "h100", tma(64, 64, 64, 64, 2)), "h100")
     wait = "sl_mbar_wait(&sl_full[sl_stage], (C_k_0 / 2) & 1);"

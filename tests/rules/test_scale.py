@@ -36,7 +36,7 @@ SCALE: list[tuple[str, Callable[[], Func], str]] = [
 
 
 @pytest.mark.parametrize("make, rule", [pytest.param(m, r, id=i) for i, m, r in SCALE])
-def test_default_at_scale_compiles_within_limits(make, rule: str, toolchain: None) -> None:
+def test_default_at_scale_compiles_within_limits(make, rule: str, cuda_compiler: None) -> None:
     func = make()
     sch = rules.apply_default(func, "h100")
     assert sch.rule == rule

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 
 import pytest
 
@@ -49,7 +50,7 @@ def test_reason_and_is_legal() -> None:
     space = toy()
     assert space.names == ["a", "b"]
     assert space.knob("b").values == ("x", "y")
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=re.escape("the toy space has no knob 'c'; its knobs are ['a', 'b']")):
         space.knob("c")
     for c in LEGAL:
         assert space.reason(c) is None and space.is_legal(c)

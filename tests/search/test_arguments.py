@@ -25,7 +25,9 @@ def test_a_func_is_required() -> None:
                                     {"timeout_per_trial": 0}, {"timeout_per_trial": float("nan")},
                                     {"timeout_per_trial": "5"}])
 def test_bad_counts_and_timeouts_are_refused(kwargs: dict) -> None:
-    with pytest.raises(ValueError, match=next(iter(kwargs))):
+    ((k, v),) = kwargs.items()
+    expected = "an int >= 1" if k == "trials" else "a finite number of seconds > 0"
+    with pytest.raises(ValueError, match=re.escape(f"tune: {k}={v!r}; expected {expected}")):
         S.tune(toy_func(), "h100", storage="memory", quiet=True, **{"trials": 1, **kwargs})
 
 

@@ -136,15 +136,15 @@ def test_a_file_that_is_no_database_names_the_storage(study_db: tuple[Path, dict
 
 def test_a_journal_with_a_garbage_line_names_file_and_line(tmp_path: Path) -> None:
     journal = tmp_path / "db.journal"
-    S.tune(toy_func(), "h100", trials=3, strategy="random", storage=journal, quiet=True, warm_start=False,
-           features="knobs")
+    tuned = S.tune(toy_func(), "h100", trials=3, strategy="random", storage=journal, quiet=True, warm_start=False,
+                   features="knobs")
     lines = journal.read_text().splitlines(keepends=True)
     journal.write_text("".join([*lines[:2], '{"op_code": 6, "wor' + lines[2], *lines[3:]]))
     with pytest.raises(StorageError, match=rf"{journal}.*line 3 is not a JSON record"):
         S.apply_best(toy_func(), "h100", journal)
     # a last line cut short by a crash is no damage: everything before it is read
     journal.write_text("".join(lines) + '{"op_code": 6, "wor')
-    assert S.apply_best(toy_func(), "h100", journal) is not None
+    assert S.apply_best(toy_func(), "h100", journal).config == tuned.best_config
 
 
 @pytest.mark.parametrize("kind", ["bogus-scheme", "missing-dir-url", "directory", "proc", "not-a-db"])

@@ -1,4 +1,4 @@
-"""The estimate backend and the carver warm start (skipped while ``schedlib.carver`` is not importable)."""
+"""The estimate backend and the carver warm start."""
 
 from __future__ import annotations
 
@@ -9,11 +9,7 @@ import pytest
 
 import schedlib as sl
 import schedlib.search as S
-
-try:
-    from schedlib.carver import carve, estimate
-except ImportError as exc:  # the carver is written concurrently; until it lands these tests cannot run
-    pytest.skip(f"schedlib.carver.estimate is not importable yet ({exc})", allow_module_level=True)
+from schedlib.carver import carve, estimate
 
 
 def test_estimate_backend_measures_the_carver_estimate() -> None:

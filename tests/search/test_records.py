@@ -84,13 +84,21 @@ def test_codec_errors_name_the_knob() -> None:
 def test_replay_reads_json_and_csv(tmp_path: Path) -> None:
     func = toy_func()
     table = toy_table()
+    fastest = min(table, key=lambda r: r["time_us"])
+    assert [r["time_us"] for r in table].count(fastest["time_us"]) == 1  # one optimum: (a=2, b=3, c=2)
     path = S.write_recording(tmp_path / "toy.json", table, func=func, device="h100", origin="toy")
     back = S.ReplayBackend(path)
-    assert len(back.table) == len(table) and back.best == S.ReplayBackend(table).best
+    assert back.meta["origin"] == "toy" and back.meta["device"] == "h100"
     frame = pd.DataFrame([{**r["config"], "time_us": r["time_us"]} for r in table])
     frame.to_csv(tmp_path / "toy.csv", index=False)
     csv = S.ReplayBackend(tmp_path / "toy.csv")
-    assert csv.best == back.best and csv.key == back.key
+    for replay in (back, csv):  # every row comes back with its config, time and status
+        assert len(replay.table) == len(table)
+        for r in table:
+            got = replay.table[S.config_key(r["config"])]
+            assert (got["config"], got["time_us"], got["status"]) == (r["config"], r["time_us"], "ok"), got
+        assert replay.best == (fastest["config"], fastest["time_us"])
+    assert csv.key == back.key
     m = csv.measure({"a": 9, "b": 9, "c": 9, "fixed": True}, None)
     assert m.status == "not_recorded"
 
