@@ -137,7 +137,9 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     timer = _Timer(profile, measured)
     rows: list[dict[str, Any]] = []
     histories: dict[str, list[float]] = {}
-    for item in as_specs(workloads):
+    items = list(as_specs(workloads))
+    _check_variant_knobs(items, profile, variants)
+    for item in items:
         spec = item if isinstance(item, WorkloadSpec) else None
         func = spec.build() if spec else item
         label = spec.name if spec else func.name
@@ -189,6 +191,25 @@ def _check_arguments(workloads: list[Any], methods: tuple[Any, ...], topk: int, 
     if isinstance(variants, Mapping) or not all(isinstance(v, Mapping) and v and all(isinstance(k, str) for k in v)
                                                 for v in variants):
         raise ValueError(f"compare: variants must be a list of non-empty {{knob: value}} mappings, got {variants!r}")
+
+
+def _check_variant_knobs(items: Sequence[Any], profile: HardwareProfile,
+                         variants: Sequence[Mapping[str, Any]]) -> None:
+    """A variant applies to the workloads whose rule space has its knobs; one that no workload's rule has
+    (a misspelt knob) would silently add no row, so it is refused before any work."""
+    if not variants:
+        return
+    from schedlib.rules import find_rule
+
+    names: set[str] = set()
+    for item in items:
+        func = item.build() if isinstance(item, WorkloadSpec) else item
+        names |= set(find_rule(func, profile).space(func, profile).names)
+    for variant in variants:
+        unknown = sorted(set(variant) - names)
+        if unknown:
+            raise ValueError(f"compare: variant {dict(variant)!r}: no workload's rule has knob(s) {unknown}; "
+                             f"their knobs are {sorted(names)}")
 
 
 def _finish(row: dict[str, Any], w: Work, peak: float, bw: float, measured: bool) -> dict[str, Any]:

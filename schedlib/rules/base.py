@@ -61,14 +61,15 @@ class Space:
         """Why ``config`` is not a legal point (None when it is)."""
         if not isinstance(config, Mapping):
             return f"a config is a mapping of knob values, got {type(config).__name__}"
+        extra = set(config) - set(self.names)
+        if extra:  # first: a misspelt knob would otherwise be reported as the one it was meant to be
+            return f"unknown knob(s) {sorted(extra)}; the {self.rule} space has {self.names}"
+        missing = [k.name for k in self.knobs if k.name not in config]
+        if missing:
+            return f"knob {missing[0]} is missing" if len(missing) == 1 else f"knobs {', '.join(missing)} are missing"
         for k in self.knobs:
-            if k.name not in config:
-                return f"knob {k.name} is missing"
             if not _one_of(config[k.name], k.values):
                 return f"knob {k.name}={config[k.name]!r} is not one of {list(k.values)}"
-        extra = set(config) - set(self.names)
-        if extra:
-            return f"unknown knob(s) {sorted(extra)}; the {self.rule} space has {self.names}"
         return self.check(dict(config)) if self.check else None
 
     def validate(self, config: Mapping[str, Any]) -> Config:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 
 import pytest
 
@@ -95,3 +96,8 @@ def test_variants_add_one_knob_ablations_of_the_rule_default() -> None:
     with pytest.raises(ValueError, match="variants must be a list of non-empty"):
         compare([sl.workloads.matmul(64, 64, 64)], "h100", methods=("rule",), backend="estimate",
                 variants={"stages": 1})
+    # a knob no workload's rule has (misspelt) is refused, not silently left without a row
+    with pytest.raises(ValueError, match=re.escape("compare: variant {'stagse': 1}: no workload's rule has "
+                                                   "knob(s) ['stagse']; their knobs are [")):
+        compare([sl.workloads.matmul(64, 64, 64)], "h100", methods=("rule",), backend="estimate",
+                variants=[{"stages": 1}, {"stagse": 1}])

@@ -59,6 +59,9 @@ def test_reason_and_is_legal() -> None:
     assert space.reason({"a": 4, "b": "x"}) == "knob a=4 is not one of [1, 2, 3]"
     assert space.reason({"b": "x"}) == "knob a is missing"
     assert space.reason({"a": 1, "b": "x", "c": 0}) == "unknown knob(s) ['c']; the toy space has ['a', 'b']"
+    # a misspelt knob is named, not reported as the knob it was meant to be
+    assert space.reason({"aa": 1, "b": "x"}) == "unknown knob(s) ['aa']; the toy space has ['a', 'b']"
+    assert space.reason({}) == "knobs a, b are missing"
     assert not space.is_legal({"a": 1})
 
 
