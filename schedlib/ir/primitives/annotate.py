@@ -5,6 +5,7 @@ They change how a loop or buffer is realised on the GPU, never what is computed.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import replace
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from schedlib.ir.expr import as_int
 from schedlib.ir.func import THREAD_TAGS, Func
 from schedlib.ir.primitives.common import fail, get_loop
+from schedlib.ir.primitives.pipeline import DOUBLE_BUFFER
 
 MAX_VECTOR = 16
 MAX_THREADS = 1024
@@ -159,6 +161,21 @@ def _check_value(prim: str, value: Any) -> None:
         fail(prim, "value", value, "must be finite: JSON has no NaN or infinity, so the trace could not replay it")
 
 
+# The annotation keys the code generator reads; any other identifier is a note, printed with the nest.
+GENERATOR_KEYS = ("tensor_core", "pipeline_stages", "raster", "producer", "loader", DOUBLE_BUFFER)
+
+
+def _check_key(prim: str, key: Any) -> None:
+    if not isinstance(key, str) or not key.isidentifier():
+        fail(prim, "key", key, "must be an identifier string")
+    if key == DOUBLE_BUFFER:
+        fail(prim, "key", key, "is set by the double_buffer primitive, which checks the copy it applies to")
+    near = difflib.get_close_matches(key, [k for k in GENERATOR_KEYS if k != key], n=1, cutoff=0.8)
+    if key not in GENERATOR_KEYS and near:  # a misspelt hint would otherwise change nothing, silently
+        fail(prim, "key", key, f"is not read by the code generator; did you mean {near[0]!r}? (keys it reads: "
+             f"{', '.join(GENERATOR_KEYS[:-1])}; any other key is kept as a note)")
+
+
 def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]:
     """Attach a ``key=value`` hint to a block or loop (e.g. ``pipeline_stages=2`` on a reduction loop).
 
@@ -181,10 +198,13 @@ def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]
                 C[i] += A[i, k]
 
     On a block the hint follows its header: ``block C SR (...):  # pipeline_stages=2``.
+
+    The code generator reads the keys in :data:`GENERATOR_KEYS` (``double_buffer`` is set only by its own
+    primitive); any other identifier is kept as a note.  A key one letter or so from a generator key
+    (``pipline_stages``) is refused as the typo it most likely is, since it would change nothing.
     """
     prim = "annotate"
-    if not isinstance(key, str) or not key.isidentifier():
-        fail(prim, "key", key, "must be an identifier string")
+    _check_key(prim, key)
     _check_value(prim, value)
     if isinstance(target, str) and func.has_block(target):
         blk = func.block(target)
