@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import numbers
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -102,6 +103,7 @@ class Schedule:
 
     # recording --------------------------------------------------------------------------------
     def _apply(self, primitive: str, **args: Any) -> Any:
+        args = {k: _plain_ints(v) for k, v in args.items()}
         new, result = P.PRIMITIVES[primitive](self.func, **args)
         self.func = new
         # The trace keeps its own copies: a caller changing its factor list, or the loop-name list it got
@@ -160,10 +162,10 @@ class Schedule:
         return self._apply("split", loop=loop, factors=list(factors) if isinstance(factors, tuple) else factors)
 
     def fuse(self, *loops: str) -> str:
-        return self._apply("fuse", loops=list(loops))
+        return self._apply("fuse", loops=_loop_list(loops))
 
     def reorder(self, *loops: str) -> None:
-        self._apply("reorder", loops=list(loops))
+        self._apply("reorder", loops=_loop_list(loops))
 
     def bind(self, loop: str, thread: str) -> None:
         self._apply("bind", loop=loop, thread=thread)
@@ -223,3 +225,20 @@ class Schedule:
 # The methods show the same before/after loop nests as the pure primitives they record.
 for _name, _fn in P.PRIMITIVES.items():
     getattr(Schedule, _name).__doc__ = _fn.__doc__
+
+
+def _plain_ints(value: Any) -> Any:
+    """numpy's integer scalars (a shape entry, a factor from an array) as Python ints, in lists too: the
+    primitives check for int, and the trace must stay JSON."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain_ints(v) for v in value)
+    return value
+
+
+def _loop_list(loops: tuple[Any, ...]) -> list[Any]:
+    """``fuse("a", "b")`` or, as users also write it, ``fuse(["a", "b"])``."""
+    if len(loops) == 1 and isinstance(loops[0], (list, tuple)):
+        return list(loops[0])
+    return list(loops)

@@ -157,3 +157,25 @@ def test_garbage_arguments_only_raise_schedule_error(name: str) -> None:
             else:  # some values are fine there (any identifier as a key, a tuple of loops, another factor)
                 assert len(s.trace) == steps + 1 and not well_formed_problems(s.func), (argument, bad)
                 assert_same_result(s.original, s)
+
+
+def test_numpy_integers_and_loop_lists_are_taken_as_users_write_them() -> None:
+    """A factor read from a numpy shape is a numpy integer, and loops are often passed as one list: both mean
+    the same as plain ints and separate names, and the trace stays plain JSON."""
+    import json
+
+    import numpy as np
+
+    f = sl.workloads.matmul(64, 64, 64)
+    plain = sl.Schedule(f)
+    plain.split("C.i", [None, 16])
+    plain.reorder("C.i_1", "C.i_0")
+    fused_plain = plain.fuse("C.i_1", "C.i_0")
+    numpy_style = sl.Schedule(f)
+    assert numpy_style.split("C.i", [None, np.int64(16)]) == ["C.i_0", "C.i_1"]
+    numpy_style.reorder(["C.i_1", "C.i_0"])
+    assert numpy_style.fuse(("C.i_1", "C.i_0")) == fused_plain
+    assert str(numpy_style) == str(plain)
+    assert json.loads(numpy_style.trace.to_json()) == json.loads(plain.trace.to_json())
+    with pytest.raises(sl.ScheduleError, match=r"factor (np\.float64\()?16\.0\)? must be a positive integer or None"):
+        numpy_style.split("C.j", [None, np.float64(16)])
