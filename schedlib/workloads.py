@@ -7,7 +7,9 @@ the reduction of a matmul/GEMV is ``C``, a fused epilogue or output cast is ``D`
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from schedlib.errors import IRError
 from schedlib.ir import tensor as te
@@ -28,6 +30,18 @@ def _relu(x: Expr) -> Expr:
     return te.maximum(x, 0.0)
 
 
+def _size(workload: str, name: str, value: Any) -> ExprLike:
+    """A size argument as the IR takes it (an int >= 1 or an ``sl.var`` expression), or an error naming the
+    workload's parameter: a placeholder's dimension number means little to whoever called ``matmul(M=0)``."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if value < 1:
+            raise IRError(f"{workload}: {name}={value!r} must be >= 1")
+        return int(value)
+    raise IRError(f"{workload}: {name}={value!r} must be an int or sl.var, got {type(value).__name__}")
+
+
 def _accum(dtype: str, accum_dtype: str | None) -> str:
     if accum_dtype is not None:
         return check_dtype(accum_dtype, "accum_dtype")
@@ -38,6 +52,8 @@ def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: st
            accum_dtype: str | None = None, out_dtype: str | None = None, trans_a: bool = False,
            trans_b: bool = False, batch: ExprLike | None = None, epilogue: str | None = None) -> Func:
     """``D = epilogue(A @ B)``, A is MxK (KxM if trans_a), B is KxN (NxK if trans_b), optional batch."""
+    M, N, K = (_size("matmul", n, v) for n, v in (("M", M), ("N", N), ("K", K)))
+    batch = None if batch is None else _size("matmul", "batch", batch)
     check_dtype(dtype)
     if epilogue not in EPILOGUES:
         raise IRError(f"matmul: epilogue={epilogue!r}; expected one of {EPILOGUES}")
@@ -86,6 +102,7 @@ def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: st
 def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: bool = False,
          batch: ExprLike = 1, epilogue: str | None = None, accum_dtype: str | None = None) -> Func:
     """``y[b, n] = sum_k x[b, k] * W[n, k]`` (W is KxN when ``trans``: a reduction over the outer axis)."""
+    N, K, batch = (_size("gemv", n, v) for n, v in (("N", N), ("K", K), ("batch", batch)))
     check_dtype(dtype)
     if epilogue not in (None, "bias", "relu", "bias_relu", "gelu"):
         raise IRError(f"gemv: epilogue={epilogue!r}; expected None, bias, relu, bias_relu or gelu")
@@ -119,6 +136,7 @@ def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: 
 
     ``mean`` of an integer matrix is float32 (sum in int32, then divided), like numpy's.
     """
+    rows, cols = _size("reduce", "rows", rows), _size("reduce", "cols", cols)
     check_dtype(dtype)
     if op not in REDUCE_OPS:
         raise IRError(f"reduce: op={op!r}; expected one of {REDUCE_OPS}")
@@ -146,6 +164,7 @@ def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: 
 
 def softmax(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32") -> Func:
     """Row-wise softmax, computed in float32: max, exp, sum, normalise."""
+    rows, cols = _size("softmax", "rows", rows), _size("softmax", "cols", cols)
     X = te.placeholder((rows, cols), check_dtype(dtype), "X")
     k1, k2 = te.reduce_axis(cols, "k"), te.reduce_axis(cols, "k")
     mx = te.compute((rows,), lambda i: te.max(X[i, k1].astype("float32"), axis=k1), "T_max")
@@ -159,6 +178,7 @@ def softmax(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32"
 
 def rmsnorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", eps: float = 1e-6) -> Func:
     """``y = x * rsqrt(mean(x^2) + eps) * w`` over each row."""
+    rows, cols = _size("rmsnorm", "rows", rows), _size("rmsnorm", "cols", cols)
     X = te.placeholder((rows, cols), check_dtype(dtype), "X")
     Wt = te.placeholder((cols,), dtype, "W")
     k = te.reduce_axis(cols, "k")
@@ -172,6 +192,7 @@ def rmsnorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32"
 
 def layernorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", eps: float = 1e-5) -> Func:
     """``y = (x - mean) * rsqrt(var + eps) * gamma + beta``; one pass computes sum and sum of squares."""
+    rows, cols = _size("layernorm", "rows", rows), _size("layernorm", "cols", cols)
     X = te.placeholder((rows, cols), check_dtype(dtype), "X")
     G = te.placeholder((cols,), dtype, "gamma")
     Bt = te.placeholder((cols,), dtype, "beta")
@@ -194,6 +215,9 @@ def layernorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float3
 def elementwise(shape: Sequence[ExprLike] = (4096, 4096), chain: Sequence[str] = ("add", "relu"),
                 dtype: str = "float32", scale: float = 0.5) -> Func:
     """A chain of element-wise stages; ``add``/``mul`` combine with a second input ``Y``."""
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not shape:
+        raise IRError(f"elementwise: shape={shape!r} must be a non-empty sequence of sizes")
+    shape = tuple(_size("elementwise", f"shape[{i}]", d) for i, d in enumerate(shape))
     check_dtype(dtype)
     if not chain:
         raise IRError("elementwise: chain must name at least one op")
@@ -230,6 +254,7 @@ def elementwise(shape: Sequence[ExprLike] = (4096, 4096), chain: Sequence[str] =
 
 def transpose(M: ExprLike = 4096, N: ExprLike = 4096, dtype: str = "float32") -> Func:
     """``Y[j, i] = X[i, j]``."""
+    M, N = _size("transpose", "M", M), _size("transpose", "N", N)
     X = te.placeholder((M, N), check_dtype(dtype), "X")
     Y = te.compute((N, M), lambda j, i: X[i, j], "Y")
     return make_func([X, Y], "transpose")

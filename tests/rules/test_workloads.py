@@ -8,6 +8,7 @@ dimension to keep the emulator fast.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -212,3 +213,25 @@ def test_symbol_named_like_a_buffer(rng: np.random.Generator, toolchain: None) -
     assert sch.rule == "reduction", f"taken by {sch.rule}\n{rules.explain(func, 'h100')}"
     assert sch.config == rules.get_rule("reduction").default_config(func, sl.hw.load("h100"))
     check_schedule(func, sch, rng, sizes=({"R": 7},))
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: wl.matmul(0, 64, 64), "matmul: M=0 must be >= 1"),
+    (lambda: wl.matmul(64, 64, 2.5), "matmul: K=2.5 must be an int or sl.var, got float"),
+    (lambda: wl.matmul(64, 64, 64, batch=-2), "matmul: batch=-2 must be >= 1"),
+    (lambda: wl.gemv(4096, True), "gemv: K=True must be an int or sl.var, got bool"),
+    (lambda: wl.softmax(8, 0), "softmax: cols=0 must be >= 1"),
+    (lambda: wl.elementwise((4, 0)), "elementwise: shape[1]=0 must be >= 1"),
+    (lambda: wl.elementwise("4x4"), "elementwise: shape='4x4' must be a non-empty sequence of sizes"),
+    (lambda: wl.transpose(64, "64"), "transpose: N='64' must be an int or sl.var, got str"),
+])
+def test_bad_sizes_name_the_workload_parameter(make: Callable[[], Func], message: str) -> None:
+    """Not 'placeholder A: dimension 0': the caller wrote M, so the error says M."""
+    with pytest.raises(sl.IRError, match=f"^{re.escape(message)}$"):
+        make()
+
+
+def test_numpy_sizes_are_plain_ints() -> None:
+    f = wl.matmul(np.int64(64), np.int32(32), 16)
+    assert [int(d.value) for d in f.buffer("A").shape] == [64, 16]
+    assert [int(d.value) for d in f.buffer("B").shape] == [16, 32]
