@@ -17,6 +17,7 @@ out (rows not 16-byte aligned), ``tensor_core=True`` stays listed and ``check`` 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,26 @@ def analyze_matmul(func: Func) -> MatmulFacts | str:
     in_bytes = BYTES[func.buffer(acc_a.buffer).dtype]
     return MatmulFacts(main.name, batch, only_a[0], only_b[0], k, acc_a.buffer, acc_b.buffer, acc_a.axes[-1],
                        acc_b.axes[-1], tuple(b.name for b in epi), in_bytes, extents)
+
+
+def balanced_tile(M: int, N: int, batch: int, sms: int, tile: tuple[int, int]) -> tuple[int, int]:
+    """A SIMT block tile that spreads the work evenly over the SMs, when there are enough blocks to.
+
+    With at least a block per SM the kernel takes as long as its busiest SM, which runs ``ceil(blocks / SMs)``
+    tiles: 128 tiles of 64x128 on 108 SMs leave 20 SMs with two (16384 outputs) and the rest with one, where
+    256 tiles of 64x64 give at most three (12288).  Among the tiles from 64x64 up to ``tile`` (each keeps an
+    8x8 thread tile), the one whose busiest SM has the least work, a halved tile charged 5% for the extra
+    operand traffic per output it costs.  A grid short of one block per SM is latency-bound instead: ``tile``
+    is kept.
+    """
+    def cost(bm: int, bn: int) -> float:
+        busiest = -(-batch * -(-M // bm) * -(-N // bn) // sms) * bm * bn
+        return busiest * (1 + 0.05 * math.log2(tile[0] * tile[1] / (bm * bn)))
+
+    if tile[0] < 64 or tile[1] < 64 or batch * -(-M // tile[0]) * -(-N // tile[1]) < sms:
+        return tile
+    candidates = [(bm, bn) for bm in (128, 64) for bn in (128, 64) if bm <= tile[0] and bn <= tile[1]]
+    return min(candidates, key=lambda t: (cost(*t), -t[0] * t[1], -t[0]))
 
 
 class MatmulRule(Rule):
@@ -249,6 +270,7 @@ class MatmulRule(Rule):
                 bm //= 2
             else:
                 bn //= 2
+        bm, bn = balanced_tile(M, N, batch, target.sm_count, (bm, bn))
         few_blocks = batch * -(-M // bm) * -(-N // bn) < 2 * target.sm_count
         per = 8 if few_blocks else 16
         tm = 8 if bm >= 64 else max(1, bm // per)

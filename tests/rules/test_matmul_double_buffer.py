@@ -55,35 +55,6 @@ def test_the_k_loop_prefetches_and_meets_one_barrier(cuda_compiler: None) -> Non
     assert resources.spill_bytes == 0 and resources.registers <= 128  # still two 256-thread blocks per SM
 
 
-@pytest.mark.parametrize(("shape", "tile"), [
-    ((256, 256, 256), (16, 16, 32, 2, 2)),  # 256 blocks of 64 threads instead of 64 blocks of 256
-    ((512, 512, 8192), (32, 32, 32, 4, 4)),
-    ((77, 333, 129), (16, 16, 32, 2, 2)),
-    ((1024, 1024, 1024), (64, 64, 8, 8, 8)),  # a 64x64 tile keeps its 8-deep step (no estimated gain)
-    ((4096, 4096, 4096), (128, 128, 8, 8, 8)),  # more than a wave: unchanged
-])
-def test_small_fp32_grids_get_small_tiles_and_deep_k_steps(shape: tuple[int, int, int],
-                                                           tile: tuple[int, ...]) -> None:
-    """Short of a wave of blocks, a block's k loop is the kernel's time and each k step waits on a global
-    round trip: the default spreads smaller tiles over more SMs and takes 32-deep steps."""
-    f = wl.matmul(*shape)
-    c = MATMUL.default_config(f, H100)
-    assert (c["block_m"], c["block_n"], c["block_k"], c["thread_m"], c["thread_n"]) == tile, c
-    assert c["stages"] == 2 and MATMUL.space(f, H100).is_legal(c)
-    m, n, _ = shape
-    assert -(-m // c["block_m"]) * -(-n // c["block_n"]) >= min(H100.sm_count, -(-m // 16) * -(-n // 16) // 2)
-
-
-def test_the_deep_small_tile_default_is_the_faster_by_the_carver() -> None:
-    f = wl.matmul(256, 256, 256)
-    new = MATMUL.default_config(f, H100)
-    old = {**new, "block_m": 32, "block_n": 32, "block_k": 8, "vector": 1}  # the default before
-    assert MATMUL.space(f, H100).is_legal(old)
-    est_new = sl.carver.estimate(f, "h100", new)["est_time_us"]
-    est_old = sl.carver.estimate(f, "h100", old)["est_time_us"]
-    assert est_new < est_old / 3, (est_new, est_old)
-
-
 @pytest.mark.parametrize(("dtype", "register"), [("bfloat16", "float"), ("float16", "float"), ("float32", "float")])
 def test_prefetch_registers_are_32_bit(dtype: str, register: str) -> None:
     """A register array of 16-bit elements written one at a time under a bounds guard went to local memory
