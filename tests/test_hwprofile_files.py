@@ -149,3 +149,27 @@ def test_valid_profiles_still_load_without_warnings(user_dir: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert "mygpu" in hw.list() and hw.load("mygpu").sm_count == 132
+
+
+def test_a_profile_written_from_scratch_hears_of_every_absent_field_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "mygpu.yaml"
+    path.write_text("key: mygpu\nname: My GPU\nsm_count: 80\n")
+    with pytest.raises(ProfileError) as info:
+        hw.load(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: required fields are absent: source, compute_capability, ")
+    assert "bandwidth_gbs" in text and "peak_tflops" in text and "sm_count" not in text.split("absent:")[1]
+    assert "aliases" not in text  # optional
+
+
+def test_aliases_are_optional_and_a_copied_file_says_how_to_fix_its_key(tmp_path: Path) -> None:
+    data = profile_dict("mygpu")
+    del data["aliases"]
+    path = tmp_path / "mygpu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert hw.load(path).aliases == ()
+    copied = tmp_path / "copy.yaml"
+    copied.write_text(H100_TEXT)
+    with pytest.raises(ProfileError, match=r"must equal the file name stem 'copy' \(a profile is looked up by its "
+                                           r"file's name: set key: copy, or rename the file to h100\.yaml\)"):
+        hw.load(copied)

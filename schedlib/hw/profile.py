@@ -58,6 +58,7 @@ _ALL_FIELDS = (
     "key", "name", "aliases", "source", "compute_capability",
     *_INT_LIMITS, "bandwidth_gbs", "peak_tflops", "transaction_bytes", "tensor_core_shapes",
 )  # fmt: skip
+_OPTIONAL_FIELDS = frozenset({"aliases"})  # other names the profile answers to; none by default
 # (dtype, tensor_core) -> peak_tflops key.  float32 on tensor cores means TF32 inputs.
 _DTYPE_UNITS: dict[tuple[str, bool], str] = {
     ("float32", False): "fp32_simt", ("float32", True): "tf32_tensor",
@@ -285,15 +286,20 @@ def validate(raw: Any, label: str, stem: str | None = None) -> HardwareProfile:
         hint = difflib.get_close_matches(str(extra), _ALL_FIELDS, n=1)
         reason = "unknown field" + (f" (did you mean '{hint[0]}'?)" if hint else "")
         raise _fail(label, str(extra), raw[extra], reason)
+    missing = [f for f in _ALL_FIELDS if f not in raw and f not in _OPTIONAL_FIELDS]
+    if len(missing) > 1:  # all at once: a profile written from scratch should not take one run per field
+        raise ProfileError(f"{label}: required fields are absent: {', '.join(missing)} (see a built-in profile, "
+                           "e.g. `python -m schedlib profiles show h100`, for each field's meaning and unit)")
     key = raw.get("key", _MISSING)
     if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise _fail(label, "key", key, "must be a lowercase identifier such as 'h100' (letters, digits, _)")
     if stem is not None and key != stem:
-        raise _fail(label, "key", key, f"must equal the file name stem '{stem}'")
+        raise _fail(label, "key", key, f"must equal the file name stem '{stem}' (a profile is looked up by its "
+                    f"file's name: set key: {stem}, or rename the file to {key}.yaml)")
     name = raw.get("name", _MISSING)
     if not isinstance(name, str) or not name.strip():
         raise _fail(label, "name", name, "must be a non-empty string")
-    aliases = _strings(label, "aliases", raw.get("aliases", _MISSING))
+    aliases = _strings(label, "aliases", raw.get("aliases", []))
     source = _strings(label, "source", raw.get("source", _MISSING), allow_single=True)
     if not any(_URL_RE.search(s) for s in source):
         raise _fail(label, "source", raw["source"], "must name the public source including its URL")
