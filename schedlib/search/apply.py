@@ -49,8 +49,9 @@ def apply_best(func: Func, target: Any = "h100", storage: Any = None, *, rule: R
         raise NoRecordError(
             f"apply_best: no tuning record for {signature(func)} on {profile.key} with schedlib "
             f"{_version()}{f' from backend {backend}' if backend else ''} "
-            f"in {storage or 'the default storage'}; a record for another shape is never reused. "
-            f"Recorded for rule {chosen.name}: {listing or 'nothing'}. Run sl.search.tune(...) for this shape.")
+            f"in {storage or 'the default storage'}; a record for another shape, target or schedlib version is "
+            f"never reused. Recorded for rule {chosen.name}: {listing or 'nothing'}. Run sl.search.tune(...) "
+            f"for this shape and target.")
     for key in matches:
         with storage_errors(label):
             study = optuna.load_study(study_name=key.study_name, storage=store)

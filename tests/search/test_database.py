@@ -72,8 +72,10 @@ def test_apply_best_returns_the_recorded_best_and_refuses_other_shapes(tmp_path:
     with pytest.raises(S.NoRecordError, match=r"no tuning record for func matmul\(A: float32\[512, 1024\]") as info:
         S.apply_best(other, "h100", storage)
     assert "float32[512, 512]" in str(info.value), "the error should list what is recorded"
-    with pytest.raises(S.NoRecordError, match="on a100"):
+    with pytest.raises(S.NoRecordError, match="on a100") as info:
         S.apply_best(func, "a100", storage)
+    assert "a record for another shape, target or schedlib version is never reused" in str(info.value)
+    assert "for this shape and target" in str(info.value)
     with pytest.raises(S.NoRecordError, match="from backend gpu"):
         S.apply_best(func, "h100", storage, backend="gpu")
     with pytest.raises(S.NoRecordError, match="does not exist"):
