@@ -8,36 +8,71 @@
     schedlib demo
 
 WORKLOAD is ``kind:key=value,...`` (e.g. ``matmul:M=4096,N=4096,K=4096,dtype=float16,epilogue=bias_relu``;
-``$M`` makes a symbolic size).  Bad arguments print one line and exit with status 2.
+``$M`` makes a symbolic size).  Errors print ``schedlib: error: MESSAGE`` (one line for bad arguments; the lines
+after the first indented) and exit with status 2; notes and warnings go to stderr as ``schedlib: note: ...``
+and ``schedlib: warning: ...``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import warnings
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, TextIO
 
+from schedlib import cli_args
+from schedlib.cli_args import UsageError
 from schedlib.errors import SchedlibError
 
-
-class UsageError(SchedlibError):
-    pass
+__all__ = ["UsageError", "build_parser", "main"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
-        raise UsageError(message)
+def note(message: str) -> None:
+    print(f"schedlib: note: {message}", file=sys.stderr)
+
+
+def _gpu_problem() -> str | None:
+    """Why measuring on the GPU is not possible here (None when it is)."""
+    from schedlib.runtime.gpu import require_cupy
+
+    try:
+        require_cupy()
+    except SchedlibError as exc:  # the library's message ends with an API hint: keep what it says is wrong
+        return str(exc).split(";")[0]
+    return None
+
+
+def _require_gpu() -> None:
+    """Before any work, the same message for every command asked to measure on a GPU that cannot be used."""
+    problem = _gpu_problem()
+    if problem is not None:
+        raise UsageError(f"--backend gpu: {problem}; without a GPU pass --backend estimate (the carver's model)")
+
+
+def _no_gpu_reason() -> str | None:
+    import importlib.util
+
+    return "cupy is not installed" if importlib.util.find_spec("cupy") is None else _gpu_problem()
+
+
+def _fallback(reason: str) -> Any:
+    """The profile ``--target auto`` uses without a GPU, with a note saying so."""
+    from schedlib.hw import resolve
+
+    profile = resolve("h100")
+    note(f"--target auto: {reason}, so using the {profile.key} profile ({profile.name}); --target NAME picks another")
+    return profile
 
 
 def _profile(target: str) -> Any:
     from schedlib.hw import detect, resolve
 
     if target == "auto":
-        from schedlib.runtime.gpu import gpu_available
-
-        return detect() if gpu_available() else resolve("h100")
+        reason = _no_gpu_reason()
+        return detect() if reason is None else _fallback(f"no GPU found ({reason})")
     return resolve(target)
 
 
@@ -59,11 +94,17 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     profile = _profile(args.target)
     if args.emulate:
         _check_emulator_size(func)  # before any output
+        _emulation_note(spec, func)
     if args.config and not args.rule:
         raise UsageError("--config needs --rule NAME")
     if args.rule:
-        config = _config(args.config) if args.config else None  # None: the rule's own default
-        sch = get_rule(args.rule).apply(func, profile, config)
+        rule = get_rule(args.rule)
+        why = rule.applies(func, profile)
+        if why is not None:
+            raise UsageError(f"rule {args.rule} does not apply to {spec.text}: {why}")
+        # None: the rule's own default; a partial --config is merged over that default
+        config = _merged_config(rule, func, profile, _config(args.config)) if args.config else None
+        sch = rule.apply(func, profile, config)
         if sch is None:
             raise UsageError(f"rule {args.rule} does not apply to {spec.text}")
     else:
@@ -99,6 +140,27 @@ def _config(text: str) -> dict[str, Any]:
     return config
 
 
+def _merged_config(rule: Any, func: Any, profile: Any, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` over the rule's default for this workload and target, after checking its knob names."""
+    names = list(rule.space(func, profile).names)
+    unknown = [k for k in given if k not in names]
+    if unknown:
+        which = ", ".join(repr(k) for k in unknown)
+        raise UsageError(f"--config: unknown knob{'s' if len(unknown) > 1 else ''} {which} for rule {rule.name}; "
+                         f"its knobs are {', '.join(names)}")
+    base = rule.default_config(func, profile)
+    if "tensor_core" in given and hasattr(rule, "template_default"):  # that template's own default
+        try:
+            base = rule.template_default(func, profile, given["tensor_core"])
+        except ValueError:  # not in this space: reported below
+            pass
+    merged = {**base, **given}
+    problem = rule.space(func, profile).reason(merged)
+    if problem is not None:
+        raise UsageError(f"--config: {problem} (rule {rule.name} on {profile.key})")
+    return merged
+
+
 # The emulator runs every thread on the CPU: beyond this many elements in all buffers it takes hours.
 EMULATE_LIMIT = 1 << 24
 
@@ -117,6 +179,37 @@ def _check_emulator_size(func: Any) -> None:
                          f"{EMULATE_LIMIT:,}; pass smaller sizes (the schedule is the same rule at any size)")
 
 
+# Loop iterations beyond which the CPU emulator takes long enough (~10 s and up) to say so before starting.
+EMULATE_NOTE = 1 << 26
+
+
+def _emulation_note(spec: Any, func: Any) -> None:
+    """A note on stderr before an emulation long enough to look hung, with smaller sizes to try."""
+    import inspect
+
+    from schedlib.ir.reference import evaluate_int
+    from schedlib.report.demo import SYMBOLIC_DEFAULT
+    from schedlib.suites import SIZE_PARAMS, WorkloadSpec
+    from schedlib.workloads import BUILTINS
+
+    env = dict.fromkeys(func.symbols, SYMBOLIC_DEFAULT)
+    points = 0
+    for blk in func.blocks:
+        n = 1
+        for axis in blk.axes:
+            n *= evaluate_int(axis.extent, env)
+        points += n
+    if points <= EMULATE_NOTE:
+        return
+    params = inspect.signature(BUILTINS[spec.kind]).parameters
+    sizes = {k: p.default for k, p in params.items() if k in (*SIZE_PARAMS, "shape") and p.default is not None}
+    small = WorkloadSpec(spec.kind, {**sizes, **spec.params}).scaled(64).text
+    shapes = ", ".join(f"{n}[{'x'.join(str(getattr(d, 'value', SYMBOLIC_DEFAULT)) for d in func.buffer(n).shape)}]"
+                       for n in (*func.inputs, *func.outputs))
+    note(f"--emulate: {spec.text} ({shapes}) runs {points:,} loop iterations on the CPU emulator, which can take "
+         f"minutes; for a quick check pass smaller sizes, e.g. {small}")
+
+
 def cmd_carve(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -131,34 +224,76 @@ def cmd_carve(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from schedlib.search import tune
+    from schedlib.search.records import COUNTED
 
     kwargs: dict[str, Any] = {}
     if args.replay:
         kwargs["replay"] = args.replay
-    res = tune(_workload(args.workload).build(), _profile(args.target), trials=args.trials, strategy=args.strategy,
-               storage=args.storage, backend=args.backend, quiet=args.quiet, **kwargs)
-    print(f"best: {res.best_time_us:.3g} us  config: {json.dumps(res.best_config)}")
+    func = _workload(args.workload).build()
+    profile = _profile(args.target)
+    if args.backend == "gpu":
+        _require_gpu()
+    res = tune(func, profile, trials=args.trials, strategy=args.strategy, storage=args.storage,
+               backend=args.backend, quiet=args.quiet, **kwargs)
+    source = {"estimate": "estimated by the carver's model, not measured", "gpu": "measured on the GPU",
+              "replay": f"replayed from {args.replay or 'the recorded measurements'}"}[args.backend]
+    print(f"best: {res.best_time_us:.3g} us ({source})  config: {json.dumps(res.best_config)}")
+    recorded = int(res.records["status"].isin(COUNTED).sum()) if len(res.records) else 0
+    reused = max(recorded - res.measured_now, 0)
+    counts = f"{res.measured_now} new config{'' if res.measured_now == 1 else 's'} measured"
+    if reused:
+        counts += f"; {reused} recorded trial{'' if reused == 1 else 's'} reused"
+    if not res.measured_now:
+        counts += f" (the study already holds --trials {args.trials}; raise --trials to search further)"
+    print(counts)
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from schedlib.hw import resolve
     from schedlib.report import compare, write_report
     from schedlib.report.writers import prepare_out_dir
-    from schedlib.suites import suite
 
-    specs = [_workload(w) for w in args.workload] if args.workload else suite(args.suite)
-    prepare_out_dir(args.out)
-    df = compare(specs, _profile(args.target) if args.target != "auto" else "auto", methods=args.methods,
-                 trials=args.trials, backend=args.backend)
+    specs = [_workload(w) for w in args.workload] if args.workload else _suite(args.suite)
+    if args.backend == "gpu":
+        _require_gpu()
+    prepare_out_dir(args.out)  # before the note below: a bad --out is the whole answer
+    if args.target != "auto":
+        profile = resolve(args.target)
+    elif args.backend == "estimate":  # as compare() does: estimates for "auto" use the h100 numbers
+        profile = _fallback("--backend estimate does not look for the GPU")
+    else:
+        reason = _no_gpu_reason()
+        profile = "auto" if reason is None else _fallback(f"no GPU found ({reason})")
+    df = compare(specs, profile, methods=args.methods, trials=args.trials, backend=args.backend)
     paths = write_report(df, args.out, histories=df.attrs.get("histories"))
     print(df[["workload", "method", "time_us", "pct_roofline", "source"]].to_string(index=False))
     print(f"report written to {paths['html']}")
     return 0
 
 
+def _suite(name: str) -> Any:
+    """A built-in suite or a suite file (whose syntax errors name their line and column)."""
+    from schedlib.suites import suite
+
+    return suite(name)
+
+
+def _check_profile_path() -> None:
+    """Warn about entries of the profile search path that are not directories (the library skips them)."""
+    from schedlib.hw import ProfileWarning
+    from schedlib.hw.profile import ENV_PATH
+
+    for entry in os.environ.get(ENV_PATH, "").split(os.pathsep):
+        if entry.strip() and not os.path.isdir(entry):
+            warnings.warn(f"${ENV_PATH} names {entry}, which is not a directory; no profiles are read from it",
+                          ProfileWarning, stacklevel=2)
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from schedlib import hw
 
+    _check_profile_path()
     if args.action == "list":
         for key in hw.list():
             p = hw.load(key)
@@ -179,67 +314,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
-    return v
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="schedlib", description="Schedule tensor computations into fast CUDA kernels.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    s = sub.add_parser("schedule", help="apply the rules and print trace, loop nest and CUDA")
-    s.add_argument("workload")
-    s.add_argument("--target", default="h100")
-    s.add_argument("--explain", action="store_true", help="say which rule took it and why others declined")
-    s.add_argument("--emulate", action="store_true", help="run on the CPU emulator against numpy")
-    s.add_argument("--rule", help="use this rule instead of the dispatcher")
-    s.add_argument("--config", help="a JSON config for --rule")
-    s.add_argument("--no-source", action="store_true", help="do not print the CUDA source")
-    s.set_defaults(fn=cmd_schedule)
-    c = sub.add_parser("carve", help="rank configs with the analytical model (no GPU needed)")
-    c.add_argument("workload")
-    c.add_argument("--target", default="h100")
-    c.add_argument("--topk", type=_positive, default=10)
-    c.set_defaults(fn=cmd_carve)
-    t = sub.add_parser("tune", help="search the knob space")
-    t.add_argument("workload")
-    t.add_argument("--target", default="h100")
-    t.add_argument("--trials", type=_positive, default=64)
-    t.add_argument("--strategy", default="tpe", choices=["tpe", "cmaes", "nsga2", "random", "grid", "evolutionary"])
-    t.add_argument("--storage", default=None, help="Optuna storage URL or journal file (default: per-user cache)")
-    t.add_argument("--backend", default="estimate", choices=["gpu", "replay", "estimate"])
-    t.add_argument("--replay", help="recorded measurements for --backend replay")
-    t.add_argument("--quiet", action="store_true")
-    t.set_defaults(fn=cmd_tune)
-    m = sub.add_parser("compare", help="compare rule, carver, search and the vendor library; write a report")
-    m.add_argument("--suite", default="basic", help="llm-decoder, basic, or a .yaml/.json suite file")
-    m.add_argument("--workload", action="append", help="a workload spec (repeatable; overrides --suite)")
-    m.add_argument("--target", default="auto")
-    m.add_argument("--out", default="report")
-    m.add_argument("--methods", nargs="+", default=["rule", "carver", "search", "vendor"],
-                   choices=["rule", "carver", "search", "vendor"])
-    m.add_argument("--trials", type=_positive, default=16)
-    m.add_argument("--backend", choices=["gpu", "estimate"], default=None)
-    m.set_defaults(fn=cmd_compare)
-    pr = sub.add_parser("profiles", help="list, show or detect hardware profiles")
-    pr.add_argument("action", nargs="?", default="list", choices=["list", "show", "detect"])
-    pr.add_argument("name", nargs="?")
-    pr.set_defaults(fn=cmd_profiles)
-    d = sub.add_parser("demo", help="the built-in suite end to end (the main job)")
-    d.add_argument("--target", default="auto")
-    d.add_argument("--out", default="schedlib-report")
-    d.add_argument("--trials", type=_positive, default=12)
-    d.add_argument("--limit", type=_positive, default=64, help="largest size verified on the CPU emulator")
-    d.set_defaults(fn=cmd_demo)
-    return p
+    from schedlib import __version__
+
+    handlers = {"schedule": cmd_schedule, "carve": cmd_carve, "tune": cmd_tune, "compare": cmd_compare,
+                "profiles": cmd_profiles, "demo": cmd_demo}
+    return cli_args.build_parser(handlers, __version__)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None, *, fallback: Any = None) -> None:
+    """The library's own warnings as ``schedlib: warning: ...`` lines; others as Python shows them."""
+    from schedlib.hw import ProfileWarning
+
+    if issubclass(category, ProfileWarning):
+        print(_lines("schedlib: warning: ", str(message)), file=sys.stderr)
+    elif fallback is not None:
+        fallback(message, category, filename, lineno, file, line)
+
+
+def _lines(prefix: str, text: str) -> str:
+    """``prefix`` and the first line of ``text``, further lines indented under it."""
+    first, *rest = text.strip("\n").splitlines() or [""]
+    return "\n".join([prefix + first, *("  " + ln if ln.strip() else "" for ln in rest)])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with warnings.catch_warnings():
+        fallback = warnings.showwarning
+        warnings.showwarning = lambda *a, **k: _show_warning(*a, **k, fallback=fallback)
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return int(args.fn(args) or 0)
@@ -249,8 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SchedlibError, ValueError, LookupError) as exc:
         # a KeyError's str() is its repr; show the message itself
         text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        message = text.splitlines()[0] if text else type(exc).__name__
-        print(f"schedlib: error: {message}", file=sys.stderr)
+        print(_lines("schedlib: error: ", text or type(exc).__name__), file=sys.stderr)
         return 2
     except OSError as exc:  # a file or directory named on the command line (or in the environment)
         where = f": {exc.filename}" if exc.filename else ""

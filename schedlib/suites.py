@@ -151,6 +151,13 @@ def _checked(kind: str, raw: dict[str, Any], label: str = "") -> WorkloadSpec:
     return spec
 
 
+def _offending(text: str, line: int) -> str:
+    """``: '<the line>'`` for an error at 0-based ``line`` of ``text`` (nothing past its end or when blank)."""
+    lines = text.splitlines()
+    bad = lines[line].strip() if 0 <= line < len(lines) else ""
+    return f": {bad!r}" if bad else ""
+
+
 def load_suite_file(path: str | Path) -> list[WorkloadSpec]:
     """A YAML or JSON list of workload strings or ``{kind: ..., <params>, label: ...}`` mappings."""
     p = Path(path)
@@ -160,8 +167,16 @@ def load_suite_file(path: str | Path) -> list[WorkloadSpec]:
         raise IRError(f"suite file {p}: cannot read it ({exc.strerror})") from None
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise IRError(f"suite file {p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'} ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise IRError(f"suite file {p}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})"
+                      + _offending(text, exc.lineno - 1)) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise IRError(f"suite file {p}: {where}not valid YAML ({exc.problem or exc.context})"
+                      + (_offending(text, mark.line) if mark is not None else "")) from None
+    except yaml.YAMLError as exc:
+        raise IRError(f"suite file {p}: not valid YAML ({' '.join(str(exc).split())})") from None
     if isinstance(data, dict):
         data = data.get("workloads")
     if not isinstance(data, list) or not data:

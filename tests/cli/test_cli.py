@@ -71,7 +71,10 @@ def test_tune_on_the_estimate_backend(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("best: ")
     assert (tmp_path / "tune.db").exists()
-    printed = re.fullmatch(r"best: (\S+) us  config: (\{.*\})", proc.stdout.strip())
+    best_line, counts_line = proc.stdout.strip().splitlines()
+    assert counts_line == "6 new configs measured"
+    printed = re.fullmatch(r"best: (\S+) us \(estimated by the carver's model, not measured\)  config: (\{.*\})",
+                           best_line)
     assert printed is not None, proc.stdout
     # the database holds the study the command printed: its best config, and one record per trial asked for
     func = parse_workload(spec).build()

@@ -72,3 +72,18 @@ def test_bad_suite_entries_name_the_file_and_entry(tmp_path: Path, entry: str, n
         load_suite_file(path)
     assert str(path) in str(info.value) and "entry 1" in str(info.value)
     assert needle in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("bad.yaml", "workloads:\n  - matmul\n  - [gemv\n", "line 4, column 1: not valid YAML (expected ',' or ']', "
+                                                        "but got '<stream end>')"),
+    ("bad.json", '{"workloads": ["matmul",]}', "line 1, column 25: not valid JSON (Expecting value): "
+                                              "'{\"workloads\": [\"matmul\",]}'"),
+])
+def test_a_suite_file_syntax_error_names_line_and_column(tmp_path: Path, name: str, text: str, message: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(IRError) as info:
+        load_suite_file(path)
+    assert str(info.value) == f"suite file {path}: {message}"
+    assert "\n" not in str(info.value)
