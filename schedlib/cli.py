@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -279,21 +278,9 @@ def _suite(name: str) -> Any:
     return suite(name)
 
 
-def _check_profile_path() -> None:
-    """Warn about entries of the profile search path that are not directories (the library skips them)."""
-    from schedlib.hw import ProfileWarning
-    from schedlib.hw.profile import ENV_PATH
-
-    for entry in os.environ.get(ENV_PATH, "").split(os.pathsep):
-        if entry.strip() and not os.path.isdir(entry):
-            warnings.warn(f"${ENV_PATH} names {entry}, which is not a directory; no profiles are read from it",
-                          ProfileWarning, stacklevel=2)
-
-
 def cmd_profiles(args: argparse.Namespace) -> int:
     from schedlib import hw
 
-    _check_profile_path()
     if args.action == "list":
         for key in hw.list():
             p = hw.load(key)

@@ -173,3 +173,10 @@ def test_aliases_are_optional_and_a_copied_file_says_how_to_fix_its_key(tmp_path
     with pytest.raises(ProfileError, match=r"must equal the file name stem 'copy' \(a profile is looked up by its "
                                            r"file's name: set key: copy, or rename the file to h100\.yaml\)"):
         hw.load(copied)
+
+
+def test_a_path_entry_that_is_not_a_directory_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "no-such-dir"
+    monkeypatch.setenv("SCHEDLIB_HWPROFILE_PATH", str(missing))
+    with pytest.warns(ProfileWarning, match=f"names {missing}, which is not a directory; no profiles are read"):
+        assert hw.load(H100_NAME).key == "h100"  # the built-in profiles are still found

@@ -49,8 +49,14 @@ __all__ = [
 
 
 def profile_dirs() -> builtins.list[Path]:
-    """Existing directories searched for profiles, in search order."""
+    """Existing directories searched for profiles, in search order.  An entry of ``$SCHEDLIB_HWPROFILE_PATH``
+    that is not a directory is skipped with a :class:`ProfileWarning` (a typo there would otherwise hide the
+    user's profiles without a word)."""
     dirs = [Path(p) for p in os.environ.get(ENV_PATH, "").split(os.pathsep) if p.strip()]
+    for d in dirs:
+        if not d.is_dir():
+            warnings.warn(f"${ENV_PATH} names {d}, which is not a directory; no profiles are read from it",
+                          ProfileWarning, stacklevel=2)
     package = Path(__file__).resolve().parent.parent
     installed, checkout = package / "_hwprofiles", package.parent / "hwprofiles"
     dirs.append(installed if installed.is_dir() else checkout)
