@@ -107,7 +107,9 @@ def run_demo(target: str = "auto", out: str | Path = "schedlib-report", *, trial
     summary = df[cols].copy()
     for c in ("time_us", "pct_roofline", "speedup_vs_vendor", "tuning_s"):
         summary[c] = summary[c].map(lambda v: f"{v:.3g}" if v == v else "n/a")
-    echo("Comparison (" + ("measured" if df.attrs.get("measured") else "estimated: no GPU") + "):")
+    echo("Comparison (" + ("measured" if df.attrs.get("measured") else "estimated: no GPU") + "), at the sizes:")
+    for workload, shape in df.drop_duplicates("workload")[["workload", "shape"]].itertuples(index=False):
+        echo(f"  {workload:24s} {shape}")  # the inputs timed, larger than the ones verified above
     echo(summary.to_string(index=False))
     echo("")
     failed = int((~checks["ok"]).sum())

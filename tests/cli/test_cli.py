@@ -35,6 +35,8 @@ def test_demo_writes_the_report(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "9/9 workloads verified" in proc.stdout
     assert str(out) in proc.stdout
+    # the timed sizes are said (the verified ones are smaller)
+    assert "  matmul_fp32              A[1024x1024] B[1024x1024]\n" in proc.stdout
     df = pd.read_csv(out / "report.csv")
     assert list(df.columns) == COLUMNS
     timed = df[df["method"] != "vendor"]
