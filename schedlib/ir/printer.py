@@ -128,7 +128,12 @@ def func_str(func: Func) -> str:
             continue
         align = f" align={list(buf.align)}" if buf.align else ""
         permute = f" permute={[(d, list(f), list(o)) for d, f, o in buf.permute]}" if buf.permute else ""
-        lines.append(f"  alloc {sig(buf.name)} {buf.scope}{align}{permute}")
+        # The mma lane layout is no dense per-thread tile, so a tensor-core accumulator keeps the problem's
+        # shape in the IR; the reader of the nest should not take it for the registers it costs.
+        fragments = buf.scope == "local" and any(
+            b.store == buf.name and "tensor_core" in dict(b.annotations) for b in func.blocks)
+        note = "  # held as mma fragments in registers, each lane its own elements" if fragments else ""
+        lines.append(f"  alloc {sig(buf.name)} {buf.scope}{align}{permute}{note}")
     for b in func.root_blocks():
         lines.extend(chain_lines(func, b, 1))
     return "\n".join(lines)

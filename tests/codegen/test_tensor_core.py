@@ -174,3 +174,13 @@ def test_copy_addresses_are_loop_invariants_where_the_threads_tile_the_rows(
         assert (f"const int sl_{key}_dst0 = " in src) == (path in ("pointer", "guarded"))
         assert copies[0].startswith("if (") == (path == "guarded")
     assert ("if (sl_c < 32)" in src) == ("chunks" in (a_path, b_path))
+
+
+def test_the_printed_nest_says_the_accumulator_lives_in_mma_fragments() -> None:
+    """The IR keeps a tensor-core accumulator at the problem's shape (the lane layout is no dense per-thread
+    tile); the printed nest says so, and a SIMT accumulator, compacted to its tile, gets no such note."""
+    tc_nest = str(MATMUL.apply(sl.workloads.matmul(256, 256, 64, "float16"), "h100", tc_config(64, 64, 32, 32, 32, 2)))
+    assert ("  alloc C_local: float32[256, 256] local  # held as mma fragments in registers, each lane its own "
+            "elements") in tc_nest.splitlines()
+    simt_nest = str(MATMUL.apply(sl.workloads.matmul(256, 256, 64), "h100", None))
+    assert "  alloc C_local: float32[2, 2] local" in simt_nest.splitlines()
