@@ -242,7 +242,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     counts = f"{res.measured_now} new config{'' if res.measured_now == 1 else 's'} measured"
     if reused:
         counts += f"; {reused} recorded trial{'' if reused == 1 else 's'} reused"
-    if not res.measured_now:
+    if recorded < args.trials:  # the search stops early only when every legal config is recorded
+        counts += f"; every legal config of the space is recorded ({recorded}), so more trials find nothing new"
+    elif not res.measured_now:
         counts += f" (the study already holds --trials {args.trials}; raise --trials to search further)"
     print(counts)
     return 0
@@ -252,8 +254,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from schedlib.hw import resolve
     from schedlib.report import compare, write_report
     from schedlib.report.writers import prepare_out_dir
+    from schedlib.suites import suite
 
-    specs = [_workload(w) for w in args.workload] if args.workload else _suite(args.suite)
+    specs = [_workload(w) for w in args.workload] if args.workload else suite(args.suite)
     if args.backend == "gpu":
         _require_gpu()
     prepare_out_dir(args.out)  # before the note below: a bad --out is the whole answer
@@ -269,13 +272,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(df[["workload", "method", "time_us", "pct_roofline", "source"]].to_string(index=False))
     print(f"report written to {paths['html']}")
     return 0
-
-
-def _suite(name: str) -> Any:
-    """A built-in suite or a suite file (whose syntax errors name their line and column)."""
-    from schedlib.suites import suite
-
-    return suite(name)
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:

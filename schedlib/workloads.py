@@ -11,6 +11,8 @@ import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from schedlib.errors import IRError
 from schedlib.ir import tensor as te
 from schedlib.ir.dtype import check_dtype, is_float
@@ -215,6 +217,8 @@ def layernorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float3
 def elementwise(shape: Sequence[ExprLike] = (4096, 4096), chain: Sequence[str] = ("add", "relu"),
                 dtype: str = "float32", scale: float = 0.5) -> Func:
     """A chain of element-wise stages; ``add``/``mul`` combine with a second input ``Y``."""
+    if isinstance(shape, np.ndarray) and shape.ndim == 1 and np.issubdtype(shape.dtype, np.integer):
+        shape = [int(d) for d in shape]  # a numpy shape vector
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not shape:
         raise IRError(f"elementwise: shape={shape!r} must be a non-empty sequence of sizes")
     shape = tuple(_size("elementwise", f"shape[{i}]", d) for i, d in enumerate(shape))

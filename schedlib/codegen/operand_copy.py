@@ -35,8 +35,9 @@ def swizzle(row: str, cols: int) -> str:
 
 
 class OperandCopy:
-    """``sl_load(slot, kt)`` and its per-thread invariants.  Needs the writer's ``plan``, ``emit``, ``open``,
-    ``close``, ``loop``, ``_e``, ``_batch``, ``_tile_shape``, ``_origin``, ``_origin_expr`` and ``ragged``."""
+    """``sl_load(slot, kt)`` and its per-thread invariants.  Needs the writer's ``plan``, ``depth``, ``emit``,
+    ``open``, ``close``, ``loop``, ``_e``, ``_batch``, ``_tile_shape``, ``_origin``, ``_origin_expr`` and
+    ``ragged``."""
 
     plan: Any
 
@@ -93,8 +94,9 @@ class OperandCopy:
         return self._e(flatten(op.source, tuple(index[r] for r in op.roles)))
 
     def _hoistable(self, op: Operand, threads: int) -> bool:
-        """Whether every thread copies the same chunk column of rows a fixed step apart (the threads a multiple
-        of a tile row's chunks, and of the tile's chunks), on an operand whose row stride is linear."""
+        """Whether every thread copies the same chunk column of rows a fixed step apart: the thread count a
+        multiple of a tile row's chunks, the tile's chunks a multiple of the thread count, and the operand's
+        row stride linear (not permuted)."""
         rows, cols = self._tile_shape(op)
         per_row = cols // COPY_ELEMENTS
         return (rows * per_row) % threads == 0 and threads % per_row == 0 and not op.source.permute

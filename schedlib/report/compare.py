@@ -201,15 +201,19 @@ def _check_variant_knobs(items: Sequence[Any], profile: HardwareProfile,
         return
     from schedlib.rules import find_rule
 
-    names: set[str] = set()
+    spaces: list[set[str]] = []
     for item in items:
         func = item.build() if isinstance(item, WorkloadSpec) else item
-        names |= set(find_rule(func, profile).space(func, profile).names)
+        spaces.append(set(find_rule(func, profile).space(func, profile).names))
+    names = set().union(*spaces)
     for variant in variants:
         unknown = sorted(set(variant) - names)
         if unknown:
             raise ValueError(f"compare: variant {dict(variant)!r}: no workload's rule has knob(s) {unknown}; "
                              f"their knobs are {sorted(names)}")
+        if not any(set(variant) <= space for space in spaces):
+            raise ValueError(f"compare: variant {dict(variant)!r}: no workload's rule has all of its knobs (they "
+                             "come from different rules), so it would add no row")
 
 
 def _finish(row: dict[str, Any], w: Work, peak: float, bw: float, measured: bool) -> dict[str, Any]:

@@ -221,7 +221,9 @@ class MatmulRule(Rule):
     def default_config(self, func: Func, target: Any) -> Config:
         """Largest block tile that still gives every SM a block, shrunk for small problems; on tensor cores
         when the space has them (wgmma on Hopper, see :func:`matmul_wgmma.default`, else mma.sync, see
-        :func:`matmul_tc.default`), else a register-blocked SIMT tile."""
+        :func:`matmul_tc.default`), else a register-blocked SIMT tile: small tiles with deep k steps short of
+        a wave of blocks, and with a wave or more the tile whose busiest SM has the least work
+        (:func:`balanced_tile`)."""
         return self.template_default(func, target, None)
 
     def template_default(self, func: Func, target: Any, template: bool | str | None) -> Config:
@@ -275,10 +277,11 @@ class MatmulRule(Rule):
         per = 8 if few_blocks else 16
         tm = 8 if bm >= 64 else max(1, bm // per)
         tn = 8 if bn >= 64 else max(1, bn // per)
-        # double-buffered where the k loop has a next tile to fetch (a single 8-deep step: nothing to overlap)
-        stage_choices = (2, 1) if const_or(facts.extents[facts.k], 4096) > 8 else (1,)
+        # double-buffered where the k loop has a next tile to fetch (a single k step: nothing to overlap)
+        k_extent = const_or(facts.extents[facts.k], 4096)
         depths = (32, 16, 8) if few_blocks and bm * bn <= 32 * 64 else (8, 16)
-        for stages, bk, vector in itertools.product(stage_choices, depths, (4, 2, 1)):
+        choices = [(bk, stages) for bk in depths for stages in ((2, 1) if k_extent > bk else (1,))]
+        for (bk, stages), vector in itertools.product(choices, (4, 2, 1)):
             config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn,
                       "vector": vector, "split_k": 1, "stages": stages, "tensor_core": False, "raster": 1}
             if space.is_legal(config):

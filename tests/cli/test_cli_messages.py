@@ -221,3 +221,19 @@ def test_profile_warnings_are_schedlib_lines(tmp_path: Path) -> None:
     assert f"SCHEDLIB_HWPROFILE_PATH names {missing}, which is not a directory" in proc.stderr
     assert f"skipped a hardware profile that does not load: {tmp_path / 'broken.yaml'}" in proc.stderr
     assert "ProfileWarning" not in proc.stderr and "cli.py" not in proc.stderr
+
+
+def test_a_tune_that_runs_out_of_configs_says_so(tmp_path: Path) -> None:
+    """Asked for more trials than the space has legal configs, tune stops early; raising --trials would not help."""
+    args = ("tune", "elementwise:shape=64x64", "--trials", "50", "--storage", f"sqlite:///{tmp_path / 't.db'}",
+            "--quiet")
+    first, again = run(*args), run(*args)
+    assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
+    legal = sum(1 for _ in get_rule("elementwise").space(parse_workload("elementwise:shape=64x64").build(),
+                                                         "h100").enumerate())
+    assert legal < 50
+    assert first.stdout.splitlines()[1] == (f"{legal} new configs measured; every legal config of the space is "
+                                            f"recorded ({legal}), so more trials find nothing new")
+    assert again.stdout.splitlines()[1] == (f"0 new configs measured; {legal} recorded trials reused; every legal "
+                                            f"config of the space is recorded ({legal}), so more trials find "
+                                            "nothing new")

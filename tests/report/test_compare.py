@@ -101,3 +101,7 @@ def test_variants_add_one_knob_ablations_of_the_rule_default() -> None:
                                                    "knob(s) ['stagse']; their knobs are [")):
         compare([sl.workloads.matmul(64, 64, 64)], "h100", methods=("rule",), backend="estimate",
                 variants=[{"stages": 1}, {"stagse": 1}])
+    with pytest.raises(ValueError, match=re.escape("compare: variant {'stages': 1, 'stage_row': True}: no workload's "
+                                                   "rule has all of its knobs")):
+        compare([sl.workloads.matmul(64, 64, 64), sl.workloads.softmax(8, 64)], "h100", methods=("rule",),
+                backend="estimate", variants=[{"stages": 1, "stage_row": True}])

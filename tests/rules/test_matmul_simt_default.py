@@ -45,7 +45,6 @@ def test_the_deep_small_tile_default_is_the_faster_by_the_carver() -> None:
     assert est_new < est_old / 3, (est_new, est_old)
 
 
-
 @pytest.mark.parametrize(("shape", "sms", "tile", "want"), [
     ((1024, 1024, 1), 108, (64, 128), (64, 64)),  # 128 blocks: 20 SMs run two; 256 of 64x64 run at most three
     ((4096, 4096, 1), 132, (128, 128), (128, 128)),  # 1024 blocks: 8 per SM either way, the larger tile stays

@@ -235,3 +235,5 @@ def test_numpy_sizes_are_plain_ints() -> None:
     f = wl.matmul(np.int64(64), np.int32(32), 16)
     assert [int(d.value) for d in f.buffer("A").shape] == [64, 16]
     assert [int(d.value) for d in f.buffer("B").shape] == [16, 32]
+    g = wl.elementwise(np.array([4, 6]), ("relu",))  # a numpy shape vector, as an array's .shape is used
+    assert [int(d.value) for d in g.buffer("X").shape] == [4, 6]

@@ -5,7 +5,6 @@ They change how a loop or buffer is realised on the GPU, never what is computed.
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import replace
 from typing import Any
@@ -165,15 +164,29 @@ def _check_value(prim: str, value: Any) -> None:
 GENERATOR_KEYS = ("tensor_core", "pipeline_stages", "raster", "producer", "loader", DOUBLE_BUFFER)
 
 
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one letter changed, added, dropped, or two neighbours swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    return any(long_[:i] + long_[i + 1:] == short for i in range(len(long_)))
+
+
 def _check_key(prim: str, key: Any) -> None:
     if not isinstance(key, str) or not key.isidentifier():
         fail(prim, "key", key, "must be an identifier string")
     if key == DOUBLE_BUFFER:
         fail(prim, "key", key, "is set by the double_buffer primitive, which checks the copy it applies to")
-    near = difflib.get_close_matches(key, [k for k in GENERATOR_KEYS if k != key], n=1, cutoff=0.8)
-    if key not in GENERATOR_KEYS and near:  # a misspelt hint would otherwise change nothing, silently
-        fail(prim, "key", key, f"is not read by the code generator; did you mean {near[0]!r}? (keys it reads: "
-             f"{', '.join(GENERATOR_KEYS[:-1])}; any other key is kept as a note)")
+    # One slip from a long key the generator reads is a typo that would silently change nothing; shorter or
+    # more distant keys (``master``, ``pipeline_steps``) are taken as the notes they may well be.
+    near = [k for k in GENERATOR_KEYS[:-1] if len(k) >= 8 and _one_edit_apart(key, k)]
+    if near:
+        fail(prim, "key", key, f"is one typo away from {near[0]!r}, which the code generator reads: a typo would "
+             f"change nothing (keys it reads: {', '.join(GENERATOR_KEYS[:-1])}; pick a note name further away)")
 
 
 def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]:
@@ -200,8 +213,9 @@ def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]
     On a block the hint follows its header: ``block C SR (...):  # pipeline_stages=2``.
 
     The code generator reads the keys in :data:`GENERATOR_KEYS` (``double_buffer`` is set only by its own
-    primitive); any other identifier is kept as a note.  A key one letter or so from a generator key
-    (``pipline_stages``) is refused as the typo it most likely is, since it would change nothing.
+    primitive); any other identifier is kept as a note.  A key one slip (a letter changed, added, dropped or
+    swapped) from a generator key of 8 letters or more (``pipline_stages``) is refused as the typo it most
+    likely is, since it would change nothing.
     """
     prim = "annotate"
     _check_key(prim, key)
