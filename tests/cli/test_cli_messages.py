@@ -106,17 +106,28 @@ def test_config_help_says_it_is_merged() -> None:
 # 3. tune says where its figure comes from and what a rerun did
 
 
-def test_a_tune_rerun_says_nothing_new_was_measured(tmp_path: Path) -> None:
-    args = ("tune", "gemv:N=512,K=512,dtype=float16", "--trials", "4", "--storage",
-            f"sqlite:///{tmp_path / 'tune.db'}", "--quiet")
-    first, again = run(*args), run(*args)
-    assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
-    assert first.stdout.splitlines()[1] == "4 new configs measured"
-    best, counts = again.stdout.splitlines()
-    assert best == first.stdout.splitlines()[0]
-    assert best.startswith("best: ") and " us (estimated by the carver's model, not measured)  config: {" in best
-    assert counts == ("0 new configs measured; 4 recorded trials reused "
-                      "(the study already holds --trials 4; raise --trials to search further)")
+def test_tune_says_what_a_rerun_and_an_exhausted_space_measured(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    """One study, three runs (in-process): 4 trials; the same 4 again (nothing new); then more trials than
+    the space has legal configs, where the search stops early and raising --trials would not help."""
+    spec = "elementwise:shape=64x64"
+    legal = sum(1 for _ in get_rule("elementwise").space(parse_workload(spec).build(), "h100").enumerate())
+    assert 4 < legal < 50
+
+    def tune(trials: int) -> list[str]:
+        assert cli.main(["tune", spec, "--trials", str(trials), "--storage", f"sqlite:///{tmp_path / 't.db'}",
+                         "--quiet"]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    first, again, more = tune(4), tune(4), tune(50)
+    assert first[1] == "4 new configs measured"
+    assert again[0] == first[0]
+    assert again[0].startswith("best: ")
+    assert " us (estimated by the carver's model, not measured)  config: {" in again[0]
+    assert again[1] == ("0 new configs measured; 4 recorded trials reused "
+                        "(the study already holds --trials 4; raise --trials to search further)")
+    assert more[1] == (f"{legal - 4} new configs measured; 4 recorded trials reused; every legal config of the "
+                       f"space is recorded ({legal}), so more trials find nothing new")
 
 
 def test_tune_help_names_the_default_backend() -> None:
@@ -221,19 +232,3 @@ def test_profile_warnings_are_schedlib_lines(tmp_path: Path) -> None:
     assert f"SCHEDLIB_HWPROFILE_PATH names {missing}, which is not a directory" in proc.stderr
     assert f"skipped a hardware profile that does not load: {tmp_path / 'broken.yaml'}" in proc.stderr
     assert "ProfileWarning" not in proc.stderr and "cli.py" not in proc.stderr
-
-
-def test_a_tune_that_runs_out_of_configs_says_so(tmp_path: Path) -> None:
-    """Asked for more trials than the space has legal configs, tune stops early; raising --trials would not help."""
-    args = ("tune", "elementwise:shape=64x64", "--trials", "50", "--storage", f"sqlite:///{tmp_path / 't.db'}",
-            "--quiet")
-    first, again = run(*args), run(*args)
-    assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
-    legal = sum(1 for _ in get_rule("elementwise").space(parse_workload("elementwise:shape=64x64").build(),
-                                                         "h100").enumerate())
-    assert legal < 50
-    assert first.stdout.splitlines()[1] == (f"{legal} new configs measured; every legal config of the space is "
-                                            f"recorded ({legal}), so more trials find nothing new")
-    assert again.stdout.splitlines()[1] == (f"0 new configs measured; {legal} recorded trials reused; every legal "
-                                            f"config of the space is recorded ({legal}), so more trials find "
-                                            "nothing new")
