@@ -128,7 +128,9 @@ def stub_gxx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (bin_dir / "stub.c").write_text(STUB % build.ABI_VERSION)
     script = bin_dir / "g++"
     script.write_text(
-        f'#!/bin/sh\n[ "$1" = --version ] && {{ echo stub; exit 0; }}\necho build >> {bin_dir}/log\n'
+        f'#!/bin/sh\n[ "$1" = --version ] && {{ echo stub; exit 0; }}\n'
+        'case " $* " in *" c++-header "*) exit 1;; esac\n'  # cannot precompile headers: builds parse them
+        f"echo build >> {bin_dir}/log\n"
         f"exec gcc -shared -fPIC -x c {bin_dir}/stub.c -o lib.so\n"
     )
     script.chmod(0o755)

@@ -254,3 +254,21 @@ def test_library_is_cached_by_content(tmp_path: Path, monkeypatch: pytest.Monkey
     np.testing.assert_array_equal(c, b + 1)
     assert os.stat(libs[0]).st_mtime_ns == mtime
     assert [p.suffix for p in sorted((tmp_path / "emulator").iterdir())] == [".cu", ".so"]
+
+
+def test_the_headers_are_precompiled_once_per_flag_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       rng: np.random.Generator) -> None:
+    """Each library build loads the emulator headers precompiled for its flags (about a quarter of a build)
+    instead of parsing them; the precompiled copy is made once per flag set and is never part of a result."""
+    monkeypatch.setenv("SCHEDLIB_CACHE_DIR", str(tmp_path))
+    for n, bounds in ((1, False), (2, False), (3, True)):
+        source = full(VADD) + f"\n// variant {n}\n"
+        build_library(source, ["vadd"], bounds_check=bounds)
+        a, b, c = np.ones(10, np.float32), rng.standard_normal(10, dtype=np.float32), poisoned(10)
+        emulate(source, [KernelLaunch("vadd", (1, 1, 1), (32, 1, 1), ("a", "b", "c", "n"))],
+                {"a": a, "b": b, "c": c, "n": 10}, bounds_check=bounds)
+        np.testing.assert_array_equal(c, b + 1)
+    sets = sorted((tmp_path / "emulator-headers").iterdir())
+    assert len(sets) == 2  # plain and bounds-checked
+    assert all((d / "sl_cuda_emu.h.gch").is_file() and (d / "sl_cuda_emu.h").is_file() for d in sets)
+    assert len(list((tmp_path / "emulator").glob("*.so"))) == 3
