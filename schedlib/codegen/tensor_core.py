@@ -86,18 +86,20 @@ class TensorCoreWriter(OperandCopy, FragmentEpilogue):
     def _tile_shape(self, op: Operand) -> tuple[int, int]:
         return self.plan.tile[op.rows], self.plan.tile[op.cols]
 
+    def _origin_parts(self, axis: str) -> tuple[str, int]:
+        """This block's tile along ``axis`` starts at ``var * tile``: (IR name of var, tile); for k, the k step."""
+        p = self.plan
+        return ("sl_kt" if axis == p.k else p.loops["by" if axis == p.m else "bx"]), p.tile[axis]
+
     def _origin(self, axis: str) -> str:
         """:meth:`_origin_expr` as C."""
-        p = self.plan
-        if axis == p.k:
-            return f"sl_kt * {p.tile[p.k]}"
-        return f"{mangle(p.loops['by' if axis == p.m else 'bx'])} * {p.tile[axis]}"
+        var, tile = self._origin_parts(axis)
+        return f"{mangle(var)} * {tile}"
 
     def _origin_expr(self, axis: str) -> Expr:
         """First index along ``axis`` of this block's tile (of k step ``sl_kt`` for k)."""
-        p = self.plan
-        block = Var("sl_kt") if axis == p.k else Var(p.loops["by" if axis == p.m else "bx"])
-        return block * Const(p.tile[axis])
+        var, tile = self._origin_parts(axis)
+        return Var(var) * Const(tile)
 
     def _batch(self) -> dict[str, Expr]:
         p = self.plan

@@ -137,11 +137,9 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     timer = _Timer(profile, measured)
     rows: list[dict[str, Any]] = []
     histories: dict[str, list[float]] = {}
-    items = list(as_specs(workloads))
-    _check_variant_knobs(items, profile, variants)
-    for item in items:
-        spec = item if isinstance(item, WorkloadSpec) else None
-        func = spec.build() if spec else item
+    built = [(item, item.build()) if isinstance(item, WorkloadSpec) else (None, item) for item in as_specs(workloads)]
+    _check_variant_knobs([func for _, func in built], profile, variants)
+    for spec, func in built:
         label = spec.name if spec else func.name
         w = work(func)
         peak, bw = _peak(profile, w.dtype, ceilings)
@@ -193,7 +191,7 @@ def _check_arguments(workloads: list[Any], methods: tuple[Any, ...], topk: int, 
         raise ValueError(f"compare: variants must be a list of non-empty {{knob: value}} mappings, got {variants!r}")
 
 
-def _check_variant_knobs(items: Sequence[Any], profile: HardwareProfile,
+def _check_variant_knobs(funcs: Sequence[Func], profile: HardwareProfile,
                          variants: Sequence[Mapping[str, Any]]) -> None:
     """A variant applies to the workloads whose rule space has its knobs; one that no workload's rule has
     (a misspelt knob) would silently add no row, so it is refused before any work."""
@@ -202,8 +200,7 @@ def _check_variant_knobs(items: Sequence[Any], profile: HardwareProfile,
     from schedlib.rules import find_rule
 
     spaces: list[set[str]] = []
-    for item in items:
-        func = item.build() if isinstance(item, WorkloadSpec) else item
+    for func in funcs:
         spaces.append(set(find_rule(func, profile).space(func, profile).names))
     names = set().union(*spaces)
     for variant in variants:

@@ -96,6 +96,18 @@ def analyze_matmul(func: Func) -> MatmulFacts | str:
                        acc_b.axes[-1], tuple(b.name for b in epi), in_bytes, extents)
 
 
+def shrink_to_fill(M: int, N: int, batch: int, sms: int, tile: tuple[int, int], floor: int) -> tuple[int, int]:
+    """``tile`` halved, its longer side first, until the grid gives every SM a block or both sides are at most
+    ``floor``."""
+    bm, bn = tile
+    while batch * -(-M // bm) * -(-N // bn) < sms and max(bm, bn) > floor:
+        if bm >= bn:
+            bm //= 2
+        else:
+            bn //= 2
+    return bm, bn
+
+
 def balanced_tile(M: int, N: int, batch: int, sms: int, tile: tuple[int, int]) -> tuple[int, int]:
     """A SIMT block tile that spreads the work evenly over the SMs, when there are enough blocks to.
 
@@ -241,11 +253,7 @@ class MatmulRule(Rule):
         for b in facts.batch:
             batch *= const_or(facts.extents[b], 1)
         bm, bn = min(128, max(16, ceil_pow2(M))), min(128, max(16, ceil_pow2(N)))
-        while batch * -(-M // bm) * -(-N // bn) < target.sm_count and max(bm, bn) > 32:
-            if bm >= bn:
-                bm //= 2
-            else:
-                bn //= 2
+        bm, bn = shrink_to_fill(M, N, batch, target.sm_count, (bm, bn), floor=32)
         for value in wanted:
             if value is False:
                 continue
@@ -267,11 +275,7 @@ class MatmulRule(Rule):
         # k step deepens to 32, a quarter of the round trips of 8 (256^3 on h100: 8.1 -> 2.3 us estimated).
         # A 64x64 tile or larger already does enough work per round trip (its estimate does not move with the
         # depth) and would pay the deeper prefetch in registers (64x64x32 at 8x8 per thread: 217 on sm_90).
-        while batch * -(-M // bm) * -(-N // bn) < target.sm_count and max(bm, bn) > 16:
-            if bm >= bn:
-                bm //= 2
-            else:
-                bn //= 2
+        bm, bn = shrink_to_fill(M, N, batch, target.sm_count, (bm, bn), floor=16)
         bm, bn = balanced_tile(M, N, batch, target.sm_count, (bm, bn))
         few_blocks = batch * -(-M // bm) * -(-N // bn) < 2 * target.sm_count
         per = 8 if few_blocks else 16

@@ -118,7 +118,8 @@ def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool, ba
         flags, libs = [*BASE_FLAGS, *BANKS_FLAGS], list(BANKS_LIBS)
     else:
         flags, libs = [*BASE_FLAGS, *([BOUNDS_FLAG] if bounds_check else [])], []
-    key = content_hash(source, driver, *_header_texts(), " ".join(flags + libs), _gxx_version(gxx))
+    headers = _header_texts()
+    key = content_hash(source, driver, *headers, " ".join(flags + libs), _gxx_version(gxx))
     root = cache_dir("emulator")
     target = root / f"{key}.so"
     try:
@@ -135,7 +136,7 @@ def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool, ba
     try:
         (build / "kernel.cu").write_text(source)
         (build / "driver.cpp").write_text(driver)
-        cmd = [gxx, *flags, *_header_flags(gxx, flags), "driver.cpp", "-o", "lib.so", *libs]
+        cmd = [gxx, *flags, *_header_flags(gxx, flags, headers), "driver.cpp", "-o", "lib.so", *libs]
         try:
             proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=900, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -153,13 +154,13 @@ def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool, ba
     return target
 
 
-def _header_flags(gxx: str, flags: list[str]) -> list[str]:
+def _header_flags(gxx: str, flags: list[str], headers: list[str]) -> list[str]:
     """Where the build finds the emulator headers: a cached copy with the headers precompiled for these flags
     (``-include`` of it makes g++ load the parsed headers instead of parsing them, about a quarter of a
     build), or, when that cannot be made, the package's own headers.  g++ checks that a precompiled header
     matches the build's options and parses the real one instead when it does not, so it never changes what
     is compiled."""
-    key = content_hash(*_header_texts(), " ".join(flags), _gxx_version(gxx))
+    key = content_hash(*headers, " ".join(flags), _gxx_version(gxx))  # headers: _header_texts(), read once
     root = cache_dir("emulator-headers")  # beside the libraries: about 50 MB per flag set, built once
     ready = root / key[:24]
     if not (ready / "sl_cuda_emu.h.gch").is_file():
