@@ -2,21 +2,19 @@
 ``RULES``), on H100 and A100: builds, compiles with nvcc within the profile's register and shared-memory limits
 (no spills, at least one resident block with the real register count), and matches numpy on the CPU emulator.
 
-Emulator-sized shapes keep this affordable: the kernels of one (workload, target) are compile-checked in
-parallel threads (nvcc is a subprocess) and run from one emulator library (one g++ build instead of ten: each
-kernel's entry points, outputs and tensor maps renamed apart); both compilers cache by content hash.  The
+Emulator-sized shapes keep this affordable, and the kernels of one (workload, target) are compile-checked in
+one nvcc run and emulated from one library (``kernel_batch``); both compilers cache by content hash.  The
 emulator comparison needs g++ only; the compile check runs where nvcc or NVRTC is found.
 """
 
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
+from kernel_batch import compile_together, run_together
 
 import schedlib as sl
 import schedlib.carver
@@ -26,12 +24,10 @@ from schedlib.ir.dtype import is_float, numpy_dtype
 from schedlib.ir.func import Func
 from schedlib.ir.reference import evaluate_int
 from schedlib.rules import find_rule, get_rule
-from schedlib.runtime.emulator import KernelLaunch, emulate
 from schedlib.runtime.emulator.build import find_gxx
-from schedlib.runtime.nvcc import find_nvcc, nvrtc_available
+from schedlib.runtime.nvcc import KernelResources, find_nvcc, nvrtc_available
 from schedlib.workloads import BUILTINS
 
-PRELUDE_END = "// ---- end of the schedlib CUDA prelude ----"
 TARGETS = ("h100", "a100")
 TOPK = 10
 
@@ -84,19 +80,19 @@ def _tolerance(dtype: str) -> tuple[float, float]:
     return (2e-2, 2e-2) if dtype in ("float16", "bfloat16") else (1e-4, 1e-4)
 
 
-def _resources(kernel: sl.Kernel, profile: Any) -> list[str]:
-    """What the compile check finds wrong with ``kernel`` on ``profile`` (nothing: an empty list)."""
-    report = kernel.compile_check(profile.arch)
+def _resources(kernel: sl.Kernel, resources: dict[str, KernelResources], profile: Any) -> list[str]:
+    """What ptxas's figures for ``kernel`` (``resources``, by entry point) show wrong on ``profile`` (nothing:
+    an empty list)."""
     problems = []
-    if report.registers > profile.max_registers_per_thread:
-        problems.append(f"{report.registers} registers > {profile.max_registers_per_thread}")
-    if report.spill_bytes:
-        problems.append(f"{report.spill_bytes} bytes of spills")
     for spec in kernel.launch:
-        res = report.kernels.get(spec.name)
+        res = resources.get(spec.name)
         if res is None:
             problems.append(f"nvcc reported nothing for kernel {spec.name}")
             continue
+        if res.registers > profile.max_registers_per_thread:
+            problems.append(f"{spec.name}: {res.registers} registers > {profile.max_registers_per_thread}")
+        if res.spill_store_bytes or res.spill_load_bytes:
+            problems.append(f"{spec.name}: {res.spill_store_bytes + res.spill_load_bytes} bytes of spills")
         smem = res.shared_static_bytes + spec.dynamic_smem
         if smem > profile.shared_memory_per_block:
             problems.append(f"{spec.name}: {smem} B shared > {profile.shared_memory_per_block}")
@@ -104,44 +100,6 @@ def _resources(kernel: sl.Kernel, profile: Any) -> list[str]:
             problems.append(f"{spec.name}: {math.prod(spec.block)} threads x {res.registers} registers "
                             f"and {smem} B shared do not fit an SM")
     return problems
-
-
-def _run_together(kernels: list[sl.Kernel], inputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-    """Every kernel's outputs, from emulator libraries shared by kernels with the same helpers (the text
-    between the prelude and the first kernel): kernel ``i``'s entry points, outputs, scratch buffers and
-    tensor maps are suffixed ``__i`` so that the kernels run side by side on the same inputs."""
-    groups: dict[str, list[int]] = {}
-    heads, texts = [], []
-    for i, k in enumerate(kernels):
-        head, body = k.source.split(PRELUDE_END, 1)
-        helpers, first, rest = body.partition('extern "C"')
-        heads.append(head + PRELUDE_END)
-        texts.append(first + rest)
-        groups.setdefault(helpers, []).append(i)
-    results: list[dict[str, np.ndarray]] = [{} for _ in kernels]
-    for helpers, members in groups.items():
-        source = heads[members[0]] + helpers
-        launches, args = [], {}
-        for i in members:
-            k = kernels[i]
-            k_launches, k_args, outputs = k._emulator_launch([inputs[n] for n in k.func.inputs])
-            own = {*outputs, *(b.name for b in k.module.scratch),
-                   *(tm.param for spec in k.launch for tm in spec.tensor_maps)}
-            rename = {name: f"{name}__{i}" for name in own}
-            text = texts[i]
-            for launch in k_launches:
-                text = text.replace(f" {launch.name}(", f" {launch.name}__{i}(")
-                launches.append(KernelLaunch(f"{launch.name}__{i}", launch.grid, launch.block,
-                                             tuple(rename.get(p, p) for p in launch.params), launch.dynamic_smem))
-            source += text
-            args.update({rename.get(name, name): value for name, value in k_args.items()})
-            results[i] = {name: args[rename[name]] for name in outputs}
-        emulate(source, launches, args)
-    for k, outputs in zip(kernels, results):
-        for name in outputs:
-            if k.func.buffer(name).dtype == "bfloat16":  # the emulator's bf16 arrays hold the raw 16 bits
-                outputs[name] = (outputs[name].astype(np.uint32) << 16).view(np.float32)
-    return results
 
 
 def _mismatches(func: Func, got: dict[str, np.ndarray], expected: dict) -> list[str]:
@@ -175,9 +133,9 @@ def test_top_configs_build_compile_and_match_numpy(builder: str, case: str, kwar
     kernels = [sl.build(get_rule(rule.name).apply(func, profile, c), profile) for c in configs]
     problems: list[list[str]] = [[] for _ in kernels]
     if HAVE_COMPILER:
-        with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-            problems = list(pool.map(lambda k: _resources(k, profile), kernels))
-    for found, outputs in zip(problems, _run_together(kernels, inputs)):
+        arch = kernels[0]._arch_for(profile.arch)  # a wgmma ranking builds for sm_90a
+        problems = [_resources(k, res, profile) for k, res in zip(kernels, compile_together(kernels, arch))]
+    for found, outputs in zip(problems, run_together(kernels, inputs)):
         found += _mismatches(func, outputs, expected)
     failures = [f"rank {i} {c}: {'; '.join(why)}" for i, (c, why) in enumerate(zip(configs, problems)) if why]
     assert not failures, "\n".join(failures)

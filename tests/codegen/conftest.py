@@ -1,4 +1,4 @@
-"""Fixtures of the codegen tests: seeded random generators, and skipping of GPU / compiler-dependent tests.
+"""Fixtures of the codegen tests: skipping of GPU / compiler-dependent tests.
 
 Tests marked ``@pytest.mark.gpu`` run only when cupy sees a CUDA device; otherwise they are skipped with
 the reason schedlib itself gives (no cupy, no driver, no device).  nvcc/NVRTC and g++ checks skip the same
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 from cg_support import gpu_skip_reason
 
@@ -32,14 +31,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "emulator: runs generated CUDA on the CPU emulator (needs g++)")
     config.addinivalue_line("markers", "nvcc: compile-checks generated CUDA (needs nvcc or NVRTC)")
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    """A freshly seeded generator; the seed is printed so a failure can be replayed."""
-    seed = int(np.random.SeedSequence().entropy % (2**32))
-    print(f"random seed: {seed}")
-    return np.random.default_rng(seed)
 
 
 @pytest.fixture

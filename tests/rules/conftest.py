@@ -4,20 +4,11 @@ still runs every numeric comparison.  Compile-only tests ask for ``cuda_compiler
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from schedlib.runtime.emulator import find_gxx
 
 from .helpers import compiler_available
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    """A freshly seeded generator; the seed is printed so a failure can be replayed."""
-    seed = int(np.random.SeedSequence().entropy % (2**32))
-    print(f"random seed: {seed}")
-    return np.random.default_rng(seed)
 
 
 @pytest.fixture(scope="session")

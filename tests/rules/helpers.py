@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from kernel_batch import compile_together
 
 import schedlib as sl
 import schedlib.hw
@@ -23,7 +24,7 @@ from schedlib import workloads as wl
 from schedlib.ir.dtype import numpy_dtype, round_to_dtype
 from schedlib.ir.func import Func
 from schedlib.ir.reference import evaluate_int
-from schedlib.runtime.nvcc import find_nvcc, nvrtc_available
+from schedlib.runtime.nvcc import KernelResources, find_nvcc, nvrtc_available
 
 ARCH_PROFILE = {"sm_80": "a100", "sm_90": "h100"}
 ARCHS = tuple(ARCH_PROFILE)
@@ -71,35 +72,46 @@ def check_resources(kernel: sl.Kernel, *, spills_allowed: bool = False, archs: S
     profile.  A wgmma kernel (built for sm_90a) is checked on the Hopper profile only.  Does nothing where
     neither compiler is found, with a warning in the test report so that a pass is not read as a compile
     check (a test that only compile-checks asks for the ``cuda_compiler`` fixture and is skipped instead)."""
+    check_resources_together([kernel], spills_allowed=spills_allowed, archs=archs)
+
+
+def check_resources_together(kernels: Sequence[sl.Kernel], *, spills_allowed: bool = False,
+                             archs: Sequence[str] = ARCHS) -> None:
+    """``check_resources`` for several kernels, compiled in one nvcc run per arch (``kernel_batch``)."""
     if not compiler_available():
-        warnings.warn("compile check not run: neither nvcc nor NVRTC was found", UserWarning, stacklevel=2)
+        warnings.warn("compile check not run: neither nvcc nor NVRTC was found", UserWarning, stacklevel=3)
         return
-    if kernel.arch == "sm_90a":
-        archs = [a for a in archs if a == "sm_90"]
     for arch in archs:
         profile = sl.hw.load(ARCH_PROFILE[arch])
-        report = kernel.compile_check(arch)
-        names = {spec.name for spec in kernel.launch}
-        assert names <= set(report.kernels), f"{arch}: ptxas reported {sorted(report.kernels)}, launched {names}"
-        for spec in kernel.launch:
-            res = report.kernels[spec.name]
-            threads = thread_count(spec.block)
-            where = f"{arch} kernel {spec.name} (block {spec.block})"
-            assert 1 <= threads <= profile.max_threads_per_block, f"{where}: {threads} threads per block"
-            assert res.registers <= profile.max_registers_per_thread, f"{where}: {res.registers} registers"
-            # a block whose registers do not fit on one SM cannot launch at all
-            warps = -(-threads // profile.warp_size)
-            per_warp = -(-res.registers * profile.warp_size // profile.register_alloc_unit) \
-                * profile.register_alloc_unit
-            assert warps * per_warp <= profile.registers_per_sm, \
-                f"{where}: {res.registers} registers x {threads} threads exceed the SM's {profile.registers_per_sm}"
-            smem = res.shared_static_bytes + spec.dynamic_smem
-            # dynamic shared memory past 48 KiB is opted into at launch (runtime.gpu sets the attribute)
-            limit = profile.max_shared_per_block(opt_in=spec.dynamic_smem > 0)
-            assert smem <= limit, f"{where}: {smem} bytes of shared memory (limit {limit})"
-            if not spills_allowed:
-                assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, \
-                    f"{where}: spills {res.spill_store_bytes} B stores / {res.spill_load_bytes} B loads"
+        by_build: dict[str, list[sl.Kernel]] = {}  # a wgmma kernel builds for sm_90a, on the Hopper profile only
+        for kernel in kernels:
+            if kernel.arch != "sm_90a" or arch == "sm_90":
+                by_build.setdefault(kernel._arch_for(arch), []).append(kernel)
+        for build_arch, group in by_build.items():
+            for kernel, resources in zip(group, compile_together(group, build_arch)):
+                names = {spec.name for spec in kernel.launch}
+                assert names <= set(resources), f"{arch}: ptxas reported {sorted(resources)}, launched {names}"
+                for spec in kernel.launch:
+                    _check_limits(spec, resources[spec.name], profile,
+                                  f"{arch} kernel {spec.name} (block {spec.block})", spills_allowed)
+
+
+def _check_limits(spec: Any, res: KernelResources, profile: Any, where: str, spills_allowed: bool) -> None:
+    threads = thread_count(spec.block)
+    assert 1 <= threads <= profile.max_threads_per_block, f"{where}: {threads} threads per block"
+    assert res.registers <= profile.max_registers_per_thread, f"{where}: {res.registers} registers"
+    # a block whose registers do not fit on one SM cannot launch at all
+    warps = -(-threads // profile.warp_size)
+    per_warp = -(-res.registers * profile.warp_size // profile.register_alloc_unit) * profile.register_alloc_unit
+    assert warps * per_warp <= profile.registers_per_sm, \
+        f"{where}: {res.registers} registers x {threads} threads exceed the SM's {profile.registers_per_sm}"
+    smem = res.shared_static_bytes + spec.dynamic_smem
+    # dynamic shared memory past 48 KiB is opted into at launch (runtime.gpu sets the attribute)
+    limit = profile.max_shared_per_block(opt_in=spec.dynamic_smem > 0)
+    assert smem <= limit, f"{where}: {smem} bytes of shared memory (limit {limit})"
+    if not spills_allowed:
+        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, \
+            f"{where}: spills {res.spill_store_bytes} B stores / {res.spill_load_bytes} B loads"
 
 
 def compare(func: Func, expected: Mapping[str, np.ndarray], got: Any, what: str) -> None:

@@ -7,13 +7,12 @@ g++ build (cached by content hash).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
+from kernel_batch import run_together
 
 import schedlib as sl
 import schedlib.carver
@@ -21,10 +20,9 @@ import schedlib.hw
 import schedlib.rules as rules
 from schedlib import workloads as wl
 from schedlib.ir.func import Func
-from schedlib.runtime.emulator import KernelLaunch, emulate
 
 from .helpers import MatmulCase as Case
-from .helpers import check_resources, check_schedule, compare, random_inputs
+from .helpers import check_resources_together, check_schedule, compare, random_inputs
 from .helpers import matmul_maker as mm
 
 MATMUL = rules.get_rule("matmul")
@@ -194,25 +192,12 @@ def test_carver_ranks_tensor_cores_and_its_top10_runs(toolchain: None) -> None:
     # 5 x 2 blocks of 128 (partial at both edges): raster 8 and 3 stages of block_k 32 are legal here
     small = wl.matmul(520, 136, 96, "float16", epilogue="bias_relu")
     kernels = [sl.build(MATMUL.apply(small, "h100", c), "h100") for c in df["config"]]
-    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        list(pool.map(lambda k: check_resources(k, archs=("sm_90",)), kernels))
-    # The ten kernels run from one emulator library (one g++ build instead of ten), each into its own output.
-    marker = "// ---- end of the schedlib CUDA prelude ----"
-    name = kernels[0].launch[0].name
-    source = kernels[0].source.split(marker)[0] + marker + "".join(
-        k.source.split(marker)[1].replace(f" {name}(", f" {name}_{i}(") for i, k in enumerate(kernels))
+    check_resources_together(kernels, archs=("sm_90",))
+    # The ten kernels compile in one nvcc run and run from one emulator library, each into its own output.
     inputs = random_inputs(small, np.random.default_rng(0))
     expected = sl.run_reference(small, inputs)
-    args: dict[str, Any] = {n: np.ascontiguousarray(a) for n, a in inputs.items()}
-    launches = []
-    for i, k in enumerate(kernels):
-        (spec,) = k.launch
-        args[f"D{i}"] = np.full((520, 136), np.nan, np.float16)
-        params = tuple(f"D{i}" if p == "D" else p for p in spec.params)
-        launches.append(KernelLaunch(f"{name}_{i}", spec.grid_for({}), spec.block, params, spec.dynamic_smem))
-    emulate(source, launches, args, bounds_check=True)
-    for i, config in enumerate(df["config"]):
-        compare(small, expected, args[f"D{i}"], f"carver rank {i}: {config}")
+    for i, (config, outputs) in enumerate(zip(df["config"], run_together(kernels, inputs, bounds_check=True))):
+        compare(small, expected, outputs["D"], f"carver rank {i}: {config}")
 
 
 def test_carver_fp32_ranking_stays_simt() -> None:

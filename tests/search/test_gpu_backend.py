@@ -206,22 +206,11 @@ def test_symbolic_shapes_are_refused_with_the_buffer_named() -> None:
 
 
 # the CPU emulator -----------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def emulator_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("emulator-cache")
-
-
-@pytest.fixture
-def shared_cache(emulator_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("SCHEDLIB_CACHE_DIR", str(emulator_cache))  # compiled kernels are reused in this module
-    return emulator_cache
-
-
 @needs_gxx
 @pytest.mark.parametrize("func", [sl.workloads.matmul(24, 40, 20, epilogue="bias_relu"),
                                   sl.workloads.matmul(16, 24, 8, dtype="float16", batch=2),
                                   sl.workloads.softmax(6, 20)], ids=["matmul_bias_relu", "bmm_fp16", "softmax"])
-def test_naive_reference_schedule_matches_run_reference(func: sl.Func, shared_cache: Path) -> None:
+def test_naive_reference_schedule_matches_run_reference(func: sl.Func) -> None:
     rng = np.random.default_rng(1)
     inputs = {n: host_input({"shape": [int(d.value) for d in func.buffer(n).shape], "dtype": func.buffer(n).dtype},
                             rng) for n in func.inputs}
@@ -255,7 +244,7 @@ class ManglingGpuBackend(S.GpuBackend):
 
 
 @needs_gxx
-def test_the_whole_gpu_pipeline_on_the_emulator(shared_cache: Path) -> None:
+def test_the_whole_gpu_pipeline_on_the_emulator() -> None:
     func = sl.workloads.matmul(32, 32, 16)
     res = S.tune(func, "h100", trials=2, strategy="random", storage="memory", quiet=True, seed=0,
                  backend=S.GpuBackend(device="emulator", warmup_ms=0.0, target_ms=0.0, min_repeats=3,
@@ -270,7 +259,7 @@ def test_the_whole_gpu_pipeline_on_the_emulator(shared_cache: Path) -> None:
 
 
 @needs_gxx
-def test_broken_kernels_are_caught_by_the_pipeline(shared_cache: Path) -> None:
+def test_broken_kernels_are_caught_by_the_pipeline() -> None:
     func = sl.workloads.matmul(64, 64, 16)
     backend = ManglingGpuBackend(func, timeout_s=300)
     rule = find_rule(func, resolve("h100"))
@@ -301,7 +290,7 @@ def test_tuning_on_the_gpu(tmp_path: Path) -> None:
 
 
 @needs_gxx
-def test_a_tma_fed_wgmma_kernel_goes_through_the_pipeline(shared_cache: Path) -> None:
+def test_a_tma_fed_wgmma_kernel_goes_through_the_pipeline() -> None:
     """The payload carries the architecture (sm_90a: cupy's JIT cannot build wgmma) and the tensor maps, which
     the worker builds from the very arrays it launches with."""
     func = sl.workloads.matmul(64, 64, 64, "float16")

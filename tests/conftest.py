@@ -1,4 +1,5 @@
-"""Fixtures for the carver tests."""
+"""Fixtures every test directory uses.  This file also puts ``tests/`` on ``sys.path`` (pytest's default
+import mode inserts a root conftest's folder), which is how test modules anywhere import ``kernel_batch``."""
 
 from __future__ import annotations
 
