@@ -161,7 +161,7 @@ def _header_flags(gxx: str, flags: list[str], headers: list[str]) -> list[str]:
     matches the build's options and parses the real one instead when it does not, so it never changes what
     is compiled."""
     key = content_hash(*headers, " ".join(flags), _gxx_version(gxx))  # headers: _header_texts(), read once
-    root = cache_dir("emulator-headers")  # beside the libraries: about 50 MB per flag set, built once
+    root = cache_dir("emulator-headers")  # beside the libraries: 50 to 80 MB per flag set, built once
     ready = root / key[:24]
     if not (ready / "sl_cuda_emu.h.gch").is_file():
         work = Path(tempfile.mkdtemp(prefix=".headers-", dir=root))
