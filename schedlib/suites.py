@@ -61,8 +61,9 @@ def _fmt(key: str, v: Any) -> str:
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
-def _size(kind: str, key: str, value: Any) -> Any:
-    """One size: a positive int, a digit string, or ``$name`` (a symbolic dimension)."""
+def _spec_size(kind: str, key: str, value: Any) -> Any:
+    """One size of a spec (text or a YAML/JSON scalar): a positive int, a digit string, or ``$name`` (a
+    symbolic dimension)."""
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("$") and text[1:].isidentifier():
@@ -86,13 +87,13 @@ def _coerce(kind: str, key: str, value: Any) -> Any:
     if default is None and (value is None or (text is not None and text.lower() in ("none", "null"))):
         return None
     if key in SIZE_PARAMS:
-        return _size(kind, key, value)
+        return _spec_size(kind, key, value)
     if key == "shape":
         dims = text.split("x") if text is not None else value
         dims = [dims] if isinstance(dims, int) else dims
         if not isinstance(dims, (list, tuple)) or not dims:
             raise IRError(f"workload {kind}: shape={value!r} must be sizes like 64x128 (or a list)")
-        return tuple(_size(kind, key, d) for d in dims)
+        return tuple(_spec_size(kind, key, d) for d in dims)
     if key == "chain":
         ops = text.split("+") if text is not None else value
         if not isinstance(ops, (list, tuple)) or not all(isinstance(o, str) and o for o in ops):

@@ -40,6 +40,8 @@ def _size(workload: str, name: str, value: Any) -> ExprLike:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         if value < 1:
             raise IRError(f"{workload}: {name}={value!r} must be >= 1")
+        if value >= 2**31:
+            raise IRError(f"{workload}: {name}={value} does not fit the 32-bit index type (must be < 2^31)")
         return int(value)
     raise IRError(f"{workload}: {name}={value!r} must be an int or sl.var, got {type(value).__name__}")
 

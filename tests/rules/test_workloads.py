@@ -219,6 +219,7 @@ def test_symbol_named_like_a_buffer(rng: np.random.Generator, toolchain: None) -
     (lambda: wl.matmul(0, 64, 64), "matmul: M=0 must be >= 1"),
     (lambda: wl.matmul(64, 64, 2.5), "matmul: K=2.5 must be an int or sl.var, got float"),
     (lambda: wl.matmul(64, 64, 64, batch=-2), "matmul: batch=-2 must be >= 1"),
+    (lambda: wl.matmul(2**31, 64, 64), "matmul: M=2147483648 does not fit the 32-bit index type (must be < 2^31)"),
     (lambda: wl.gemv(4096, True), "gemv: K=True must be an int or sl.var, got bool"),
     (lambda: wl.softmax(8, 0), "softmax: cols=0 must be >= 1"),
     (lambda: wl.elementwise((4, 0)), "elementwise: shape[1]=0 must be >= 1"),
