@@ -23,6 +23,7 @@ from schedlib.codegen.kernel_writer import TensorMapSpec
 from schedlib.errors import BuildError, ShapeError
 
 WORDS = 16  # 128 bytes, as uint64
+MAP_BYTES = 8 * WORDS
 EMULATOR_MAGIC = 0x3130504D544C53  # "SLTMP01": sl_emu_tma.h refuses anything else
 # cuda.h enumerations (CUtensorMapDataType, CUtensorMapSwizzle, CUtensorMapL2promotion, ...)
 _DTYPE = {"float16": 6, "bfloat16": 9}
@@ -71,7 +72,11 @@ def _driver() -> Any:
             lib = ctypes.CDLL("libcuda.so.1")
         except OSError as exc:
             raise BuildError(f"TMA tensor maps need the CUDA driver library (libcuda.so.1): {exc}") from None
-        fn = lib.cuTensorMapEncodeTiled
+        try:
+            fn = lib.cuTensorMapEncodeTiled
+        except AttributeError:
+            raise BuildError("TMA tensor maps need cuTensorMapEncodeTiled, which this CUDA driver does not have "
+                             "(it came with CUDA 12.0): update the NVIDIA driver") from None
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
                        ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
                        ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
@@ -107,12 +112,15 @@ def _encode(cp: Any, array: Any, req: TensorMapSpec) -> Any:
     dims, strides = geometry(tuple(array.shape), itemsize, req.buffer)
     if array.data.ptr % 16:
         raise ShapeError(f"{req.buffer}: a tensor map needs a 16-byte aligned base address")
-    host = (ctypes.c_uint64 * WORDS)()
+    # The driver writes the map only to a 64-byte aligned address (CUDA 13 declares CUtensorMap 128-byte
+    # aligned).  A ctypes array of 16 words is not: CPython's allocator puts it 48 bytes past a 64-byte line.
+    raw = (ctypes.c_uint8 * (2 * MAP_BYTES))()
+    out = -ctypes.addressof(raw) % MAP_BYTES + ctypes.addressof(raw)
     c64, c32 = ctypes.c_uint64, ctypes.c_uint32
-    rc = _driver()(ctypes.addressof(host), _DTYPE[req.dtype], 3, ctypes.c_void_p(array.data.ptr),
+    rc = _driver()(out, _DTYPE[req.dtype], 3, ctypes.c_void_p(array.data.ptr),
                    (c64 * 3)(*dims), (c64 * 2)(*strides), (c32 * 3)(*req.box), (c32 * 3)(1, 1, 1),
                    _INTERLEAVE_NONE, _SWIZZLE[req.swizzle], _L2_PROMOTION_256B, _OOB_FILL_ZERO)
     if rc != 0:
         raise BuildError(f"cuTensorMapEncodeTiled refused the tensor map of {req.buffer} (CUresult {rc}): "
                          f"sizes {dims}, byte strides {strides}, box {req.box}, swizzle {req.swizzle} bytes")
-    return cp.asarray(np.frombuffer(bytes(host), dtype=np.uint64))
+    return cp.asarray(np.frombuffer(ctypes.string_at(out, MAP_BYTES), dtype=np.uint64))

@@ -17,7 +17,8 @@ from schedlib.runtime.tensor_map import gpu_encode
 
 
 class FakeDriver:
-    """Records the arguments of each call the way the driver would read them, and writes 128 known bytes."""
+    """Records the arguments of each call the way the driver would read them, and writes 128 known bytes;
+    like the driver, it refuses (CUDA_ERROR_INVALID_VALUE) a map address not aligned to 64 bytes."""
 
     def __init__(self, result: int = 0) -> None:
         self.calls: list[dict[str, Any]] = []
@@ -25,6 +26,8 @@ class FakeDriver:
 
     def __call__(self, out: int, dtype: int, rank: int, address: ctypes.c_void_p, dims: Any, strides: Any,
                  box: Any, elem_strides: Any, interleave: int, swizzle: int, l2: int, oob: int) -> int:
+        if out % 64:
+            return 1
         self.calls.append({"dtype": dtype, "rank": rank, "address": address.value, "dims": list(dims),
                            "strides": list(strides), "box": list(box), "elem_strides": list(elem_strides),
                            "interleave": interleave, "swizzle": swizzle, "l2": l2, "oob": oob})
@@ -95,4 +98,27 @@ def test_no_driver_library_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(tensor_map, "_DRIVER", None)
     monkeypatch.setattr(tensor_map.ctypes, "CDLL", missing)
     with pytest.raises(BuildError, match=r"need the CUDA driver library \(libcuda.so.1\)"):
+        gpu_encode(FAKE_CP, fake_cupy_array((8, 64)), tmap("A", "float16", (64, 8, 1), 128))
+
+
+def test_the_map_is_written_to_a_128_byte_aligned_address(driver: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver needs 64 bytes (CUDA 13's CUtensorMap is 128-byte aligned); a ctypes array of 16 words sits
+    48 bytes past a 64-byte line, so the map goes to an aligned place inside a larger buffer."""
+    seen: list[int] = []
+
+    def recording(out: int, *args: Any) -> int:
+        seen.append(out)
+        return driver(out, *args)
+
+    monkeypatch.setattr(tensor_map, "_DRIVER", recording)
+    for rows in range(8, 8 + 16 * 8, 8):  # sixteen maps: sixteen fresh buffers wherever the allocator puts them
+        words = gpu_encode(FAKE_CP, fake_cupy_array((rows, 64)), tmap("A", "float16", (64, 8, 1), 128))
+        assert words.tobytes() == bytes(range(128))
+    assert len(seen) == 16 and all(out % 128 == 0 for out in seen), [out % 128 for out in seen]
+
+
+def test_a_driver_without_tensor_maps_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tensor_map, "_DRIVER", None)
+    monkeypatch.setattr(tensor_map.ctypes, "CDLL", lambda name: SimpleNamespace())  # a pre-12.0 libcuda
+    with pytest.raises(BuildError, match=r"need cuTensorMapEncodeTiled, which this CUDA driver does not have"):
         gpu_encode(FAKE_CP, fake_cupy_array((8, 64)), tmap("A", "float16", (64, 8, 1), 128))
