@@ -71,6 +71,17 @@ def numpy_dtype(dtype: str) -> np.dtype:
     return np.dtype(_NUMPY[check_dtype(dtype)])
 
 
+def bfloat16_bits(values: Any, xp: Any = np) -> Any:
+    """float32 ``values`` as bfloat16 bit patterns (uint16), rounded to nearest even; ``xp`` is numpy or cupy,
+    so the host and the device marshal inputs alike.  A NaN keeps its sign and top payload and is made quiet
+    (as the emulator's ``__float2bfloat16_rn`` does): rounding its bits, or only truncating them, could carry
+    it into infinity or zero."""
+    f32 = xp.ascontiguousarray(values, dtype=xp.float32)
+    bits = f32.view(xp.uint32).astype(xp.uint64)  # 64-bit: the rounding carry cannot wrap
+    rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16
+    return xp.where(xp.isnan(f32), (bits >> 16) | 0x40, rounded).astype(xp.uint16)
+
+
 def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
     """Convert ``values`` to the numpy storage of ``dtype``, rounding bfloat16 to nearest even."""
     if dtype == "bfloat16":

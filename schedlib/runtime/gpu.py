@@ -10,7 +10,7 @@ import numpy as np
 from schedlib.cache import content_hash
 from schedlib.codegen.layout import check_index_range
 from schedlib.errors import BuildError, ShapeError
-from schedlib.ir.dtype import numpy_dtype
+from schedlib.ir.dtype import bfloat16_bits, numpy_dtype
 from schedlib.ir.reference import bind_symbols, evaluate_int
 from schedlib.runtime.nvcc import build_cubin
 from schedlib.runtime.tensor_map import gpu_encode
@@ -173,7 +173,5 @@ def launch_on_gpu(kernel: Any, arrays: Sequence[Any]) -> Any:
 
 
 def _device_bf16(cp: Any, arr: Any) -> Any:
-    """float32 values -> bfloat16 bit patterns (round to nearest even), on the device."""
-    bits = cp.ascontiguousarray(arr, dtype=cp.float32).view(cp.uint32)
-    rounded = bits + (((bits >> 16) & 1) + 0x7FFF)
-    return (rounded >> 16).astype(cp.uint16)
+    """float32 values -> bfloat16 bit patterns (round to nearest even), on the device, as the host does."""
+    return bfloat16_bits(arr, cp)

@@ -202,10 +202,9 @@ def _as_c_array(arr: np.ndarray, dtype: str) -> np.ndarray:
         return np.ascontiguousarray(arr)
     if np.dtype(arr.dtype).name == "bfloat16":
         return np.ascontiguousarray(arr).view(np.uint16)
-    from schedlib.ir.dtype import round_to_dtype
+    from schedlib.ir.dtype import bfloat16_bits
 
-    bits = round_to_dtype(np.asarray(arr, dtype=np.float32), "bfloat16").view(np.uint32)
-    return np.ascontiguousarray((bits >> 16).astype(np.uint16))
+    return bfloat16_bits(arr)
 
 
 def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:

@@ -27,6 +27,8 @@ from emu_kernels import (
 
 from schedlib.runtime.emulator import KernelLaunch, emulate
 from schedlib.runtime.emulator.build import build_library
+from schedlib.runtime.gpu import _device_bf16
+from schedlib.runtime.kernel import _as_c_array
 
 pytestmark = needs_gxx
 MODES = pytest.mark.parametrize("bounds", [False, True], ids=["raw", "bounds"])
@@ -157,6 +159,19 @@ def test_half_and_bf16_conversions_bit_exact(rng: np.random.Generator) -> None:
     np.testing.assert_array_equal(h2f.view(np.uint32), h.astype(np.float32).view(np.uint32))
     np.testing.assert_array_equal(f2b, bf16_bits(f))
     np.testing.assert_array_equal(b2f.view(np.uint32), bf16_float(b).view(np.uint32))
+
+
+def test_host_and_device_marshal_bf16_inputs_alike(rng: np.random.Generator) -> None:
+    """Inputs given as float32 reach a bf16 kernel as the bits the emulator's own conversion gives (checked
+    against it above), from the host (``run_cpu``) and from the device path alike (numpy stands in for cupy:
+    the same array calls).  NaN payloads in the low bits used to become infinity, and 0xFFFFFFFF wrapped to
+    zero on the device."""
+    f = np.concatenate([rng.integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                        np.array([0x7F800001, 0xFFFFFFFF, 0x7FC00000, 0x7F7FFFFF], np.uint32).view(np.float32)])
+    want = bf16_bits(f)
+    np.testing.assert_array_equal(_as_c_array(f, "bfloat16"), want)
+    np.testing.assert_array_equal(_device_bf16(np, f), want)
+    assert np.isnan(bf16_float(want[np.isnan(f)])).all()
 
 
 def test_half_and_bf16_arithmetic(rng: np.random.Generator) -> None:
