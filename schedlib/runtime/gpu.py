@@ -46,7 +46,11 @@ def gpu_available() -> bool:
 def to_device(cp: Any, x: Any, name: str) -> Any:
     if isinstance(x, cp.ndarray):
         return x
-    if hasattr(x, "__cuda_array_interface__"):
+    try:
+        exported = getattr(x, "__cuda_array_interface__", None) is not None
+    except Exception:  # torch raises RuntimeError for a tensor that requires grad: DLPack below says why
+        exported = False
+    if exported:
         return cp.asarray(x)
     if isinstance(x, np.ndarray):  # before DLPack: numpy arrays export it too, from host memory
         raise ShapeError(f"argument {name} is a host numpy array; pass cupy.asarray(x), or use run_cpu")

@@ -40,7 +40,8 @@ class FakeCupy(types.ModuleType):
     """The part of cupy schedlib uses; a module, so that it can stand in for ``import cupy``."""
 
     ndarray = DeviceArray
-    uint16, uint32, float32 = np.uint16, np.uint32, np.float32
+    uint16, uint32, uint64, float32 = np.uint16, np.uint32, np.uint64, np.float32
+    isnan = staticmethod(np.isnan)
 
     def __init__(self) -> None:
         super().__init__("cupy")
@@ -84,6 +85,15 @@ class FakeCupy(types.ModuleType):
         self.calls["array"] += 1
         self.operations += 1
         return on_device(np.array(x, copy=copy))
+
+    def where(self, condition: Any, x: Any, y: Any) -> DeviceArray:
+        self.operations += 1
+        return on_device(np.where(condition, x, y))
+
+    def from_dlpack(self, x: Any) -> DeviceArray:
+        self.calls["from_dlpack"] += 1
+        self.operations += 1
+        return on_device(np.from_dlpack(x))
 
     def matmul(self, a: Any, b: Any) -> DeviceArray:
         self.operations += 1

@@ -90,3 +90,21 @@ def test_bad_arguments_are_refused_before_anything_is_loaded(device: SimpleNames
         kernel.prepare(*(_device(np.zeros((16, 16), np.float32)) for _ in range(2)),
                        _device(np.zeros((16, 8), np.float32)))
     assert device.loads == 0 and device.launches == []
+
+
+class GradTensor:
+    """What a torch tensor that requires grad does: both exports raise, naming the fix."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad. Use var.detach()")
+
+    def __dlpack__(self, stream: object = None) -> object:
+        raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+
+
+def test_an_array_that_refuses_to_export_is_a_shape_error_naming_why(device: SimpleNamespace) -> None:
+    kernel = _kernel(sl.workloads.matmul(M=16, N=16, K=16))
+    with pytest.raises(ShapeError, match=r"argument A: cannot take it through DLPack \(.*use tensor.detach\(\)\)"):
+        kernel.prepare(GradTensor(), _device(np.zeros((16, 16), np.float32)))
+    assert device.loads == 0 and device.launches == []
