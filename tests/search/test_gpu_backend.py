@@ -222,6 +222,16 @@ def test_naive_reference_schedule_matches_run_reference(func: sl.Func) -> None:
                                    rtol=1e-3, atol=1e-3)
 
 
+@needs_gxx
+def test_int8_outputs_go_through_the_pipeline() -> None:
+    """An int8 output starts out holding int8's minimum, not the 32-bit sentinel numpy refuses to store."""
+    func = sl.workloads.elementwise((8, 40), ("add", "relu"), "int8")
+    res = S.tune(func, "h100", trials=1, strategy="random", storage="memory", quiet=True, seed=0,
+                 backend=S.GpuBackend(device="emulator", warmup_ms=0.0, target_ms=0.0, min_repeats=1,
+                                      max_repeats=1, timeout_s=300))
+    assert list(res.records["status"]) == ["ok"], res.records[["status", "error"]]
+
+
 class ManglingGpuBackend(S.GpuBackend):
     """Sends the default kernel for every config, broken on purpose for some: the pipeline must catch it."""
 
