@@ -2,7 +2,6 @@
 // Needs sm_90a (compute_90a): wgmma.* exists on no other target. The emulator defines the same names
 // (schedlib/runtime/emulator/sl_emu_wgmma.h), performing each operation at the wait that completes it.
 #if defined(__CUDACC__)
-#include <cstdint>
 
 // Shared-window address of a shared-memory pointer (what descriptors and cp.async take).
 __device__ __forceinline__ unsigned sl_smem_addr(const void* p) {
