@@ -16,7 +16,7 @@ from schedlib.codegen.cuda_expr import ctype, mangle
 from schedlib.codegen.layout import flatten
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES
-from schedlib.ir.expr import Expr, Load, Var, as_int
+from schedlib.ir.expr import Cast, Expr, Load, Var, as_int
 from schedlib.ir.func import Buffer
 from schedlib.ir.simplify import map_children, substitute
 
@@ -56,7 +56,7 @@ class FragmentEpilogue:
         value, out, target = self._writeback_parts()
         blocks = self._open_fragment(pairs=False)
         self.emit(f"const float {ACC} = sl_acc[sl_mt][sl_nt][sl_e];")
-        cast = f"static_cast<{ctype(out.dtype)}>({self._e(value)})"
+        cast = self._stored(value, out.dtype)
         self.emit(store(cast) if store else f"{mangle(out.name)}[{self._e(target)}] = {cast};")
         for _ in range(blocks):
             self.close()
@@ -73,10 +73,19 @@ class FragmentEpilogue:
         for i in range(2):
             element = substitute(value, {"sl_col": Var("sl_col") + i}) if i else value
             self.emit(f"{{ const float {ACC} = sl_acc[sl_mt][sl_nt][sl_h * 2 + {i}]; "
-                      f"sl_pair[{i}] = static_cast<{t}>({self._e(element)}); }}")
+                      f"sl_pair[{i}] = {self._stored(element, out.dtype)}; }}")
         self.emit(f"SL_VSTORE_REGS({pair}, {buffer}, {index}, sl_pair);")
         for _ in range(blocks):
             self.close()
+
+    def _stored(self, value: Expr, dtype: str) -> str:
+        """``value`` converted to the output's C type.  A value that is itself a cast to that type converts
+        once: printed alone, the cast rounds through the narrow type and back to float (as a stored value would
+        be), and the store rounds again; the result is the same, but on sm_90a that chain of conversions of the
+        accumulators makes ptxas serialize the wgmmas (C7514) in the default fp16 kernels."""
+        if isinstance(value, Cast) and value.dtype == dtype:
+            value = value.value
+        return f"static_cast<{ctype(dtype)}>({self._e(value)})"
 
     def _pairs_fit_output(self) -> bool:
         """Whether a thread's two neighbouring output columns are neighbours in memory, 4/8-byte aligned and

@@ -212,16 +212,21 @@ def test_carver_ranks_wgmma_on_hopper_and_its_top10_runs(rng: np.random.Generato
 
 def test_the_default_keeps_its_wgmmas_asynchronous(cuda_compiler: None) -> None:
     """ptxas keeps wgmma asynchronous only if nothing touches the accumulators between issue and wait; when
-    something does, it injects waits (C7517) or serializes the wgmmas (C7515) and says so.  The default kernel
-    (and its fused epilogue) draws neither, and a variant touching one accumulator in the loop does."""
-    for epilogue, template in ((None, "wgmma"), ("bias_relu", "wgmma"), (None, "wgmma_tma"), (None, "wgmma_ws"),
-                               ("bias_relu", None)):
-        f = wl.matmul(4096, 4096, 4096, "float16", epilogue=epilogue)
+    something does, it injects waits (C7517) or serializes the wgmmas (C7514, C7515) and says so.  The default
+    kernels (with a fused epilogue, a transposed operand, each template) draw none of them, and a variant
+    touching one accumulator in the loop does.  (The epilogue once rounded each value to half, back to float
+    and to half again, which drew C7514 from the default fp16 kernel.)"""
+    for kw, template in (({}, "wgmma"), ({"epilogue": "bias_relu"}, "wgmma"), ({}, "wgmma_tma"),
+                         ({}, "wgmma_ws"), ({"epilogue": "bias_relu"}, None), ({}, None), ({"trans_b": True}, None),
+                         ({"trans_a": True, "dtype": "bfloat16"}, None)):
+        f = wl.matmul(4096, 4096, 4096, kw.get("dtype", "float16"), **{k: v for k, v in kw.items() if k != "dtype"})
         kernel = sl.build(MATMUL.apply(f, "h100", MATMUL.template_default(f, H100, template)), "h100")
         report = kernel.compile_check("sm_90a")
-        assert "C7517" not in report.log and "C7515" not in report.log, report.log
+        assert not [c for c in ("C7514", "C7515", "C7517") if c in report.log], (kw, template, report.log)
         (res,) = report.kernels.values()
         assert res.stack_frame_bytes == 0 and res.spill_store_bytes == 0 and res.registers <= 255
+    f = wl.matmul(4096, 4096, 4096, "float16")
+    kernel = sl.build(MATMUL.apply(f, "h100", MATMUL.template_default(f, H100, "wgmma")), "h100")
     commit = "    sl_wgmma_commit();\n    sl_wgmma_wait<1>();"
     assert kernel.source.count(commit) == 1
     touch = "    sl_wgmma_commit();\n    sl_acc[0][1][1] += 1.0f;\n    sl_wgmma_wait<1>();"
