@@ -98,14 +98,16 @@ class WgmmaTmaWriter(WgmmaWriter):
         return self._batch()[op.roles[0]] if len(op.roles) == 3 else Const(0)
 
     def _ring_setup(self) -> None:
+        # A proxy fence orders the memory operations of the thread that runs it, and which thread issues the
+        # copies depends on the template (thread 0, or the producer warp's lane 0): every thread runs it, once.
+        for op in (self.plan.a, self.plan.b):
+            self.emit(f"sl_tmap_acquire(&{tmap_param(op.source.name)}[0]);  // the map as the host wrote it")
         self.open("if (sl_tid == 0)")
         self.loop("sl_s", self.plan.stages)
         for name, count, why in self._barriers():
             self.emit(f"sl_mbar_init(&{name}[sl_s], {count});  // {why}")
         self.close()
         self.emit("sl_mbar_init_fence();")
-        for op in (self.plan.a, self.plan.b):
-            self.emit(f"sl_tmap_acquire(&{tmap_param(op.source.name)}[0]);")
         self.close()
         self.emit("__syncthreads();  // the barriers exist before anyone waits on them")
 
