@@ -24,11 +24,22 @@ from schedlib.codegen.mma_pattern import COPY_ELEMENTS, Operand
 from schedlib.ir.expr import Const, Expr, Var, as_int
 
 
-def swizzle(row: str, cols: int) -> str:
-    """C expression of the XOR applied to the chunk index of ``row`` in a tile ``cols`` elements wide."""
+def swizzle_shape(cols: int) -> tuple[int, int]:
+    """(chunks the XOR permutes, rows sharing one 128-byte line) of a tile ``cols`` elements wide.
+
+    The XOR permutes each aligned group of ``width`` 16-byte chunks of a row, ``width`` being the largest
+    power of two up to 8 that divides the row's chunks: a row of 6 chunks XORed with up to 5 would send its
+    chunks 2 and 3 to 6 and 7, into the next row."""
     chunks = cols // COPY_ELEMENTS
-    width = min(chunks, 8)  # 16-byte chunks one 128-byte bank line holds of this row
-    per_line = max(1, 8 // chunks)  # rows sharing one 128-byte line
+    width = math.gcd(chunks, 8)
+    per_line = 8 // chunks if chunks == width else 1  # a row of 1, 2 or 4 chunks shares its line with others
+    return width, per_line
+
+
+def swizzle(row: str, cols: int) -> str:
+    """C expression of the XOR applied to the chunk index of ``row`` in a tile ``cols`` elements wide; it
+    depends on ``row % 8`` only (ldmatrix reads rows from 8-aligned bases)."""
+    width, per_line = swizzle_shape(cols)
     if width == 1:
         return "0"
     return f"((({row}) >> {int(math.log2(per_line))}) & {width - 1})"
@@ -114,9 +125,8 @@ class OperandCopy:
     def _invariant_swizzle(self, op: Operand, threads: int) -> bool:
         """Whether the XOR swizzle of a thread's copy rows (``threads / chunks per row`` apart) is one value."""
         cols = self._tile_shape(op)[1]
-        per_row = cols // COPY_ELEMENTS
-        period = min(per_row, 8) * max(1, 8 // per_row)  # rows after which the swizzle pattern repeats
-        return (threads // per_row) % period == 0
+        width, per_line = swizzle_shape(cols)
+        return (threads // (cols // COPY_ELEMENTS)) % (width * per_line) == 0  # rows after which it repeats
 
     def _partial(self, axis: str, limit: Expr) -> bool:
         """Whether some tile of the operand dimension indexed by ``axis`` (``limit`` long) reaches past it."""
