@@ -156,21 +156,31 @@ class CrossThreadReduction:
         self._emit(f"if ({' && '.join(conds)}) {line}" if conds else line)
         self._close(2 + len(lanes))
 
+    def _lane_mask(self, linear: str) -> str:
+        """The lanes of this thread's warp that exist.  shfl.sync waits for every non-exited lane its mask
+        names, and the lanes a partial last warp never launched are not documented as exited: a block of 48
+        threads names 16 lanes in its second warp."""
+        n = self.n_threads
+        if n < 32:
+            return f"{(1 << n) - 1}u"
+        if n % 32 == 0:
+            return "0xffffffffu"
+        return f"({linear} < {n // 32 * 32} ? 0xffffffffu : {(1 << (n % 32)) - 1}u)"
+
     def _allreduce(self, reducer: str, dtype: str, tag: str) -> None:
         size = self.threads[tag]
         acc = compute_type(dtype)
         pow2 = size & (size - 1) == 0
-        mask = "0xffffffffu" if self.n_threads >= 32 else f"{(1 << self.n_threads) - 1}u"
+        dx, dy = self.threads["threadIdx.x"], self.threads["threadIdx.y"]
+        linear = f"(threadIdx.x + {dx} * (threadIdx.y + {dy} * threadIdx.z))"
         if tag == "threadIdx.x" and pow2 and size <= 32:
             self._emit("#pragma unroll")
-            partner = f"__shfl_xor_sync({mask}, sl_red, sl_off, {size})"
+            partner = f"__shfl_xor_sync({self._lane_mask(linear)}, sl_red, sl_off, {size})"
             self._emit(f"for (int sl_off = {size // 2}; sl_off > 0; sl_off >>= 1) "
                        f"sl_red = {self._combine(reducer, 'sl_red', partner, dtype)};")
             return
         self.n_red += 1
         buf = f"sl_red_buf{self.n_red}"
-        dx, dy = self.threads["threadIdx.x"], self.threads["threadIdx.y"]
-        linear = f"(threadIdx.x + {dx} * (threadIdx.y + {dy} * threadIdx.z))"
         if tag == "threadIdx.x" and pow2 and size % 32 == 0:
             warps = size // 32
             self.scratch_arrays.append((acc, buf, max(self.n_threads // 32, 1)))

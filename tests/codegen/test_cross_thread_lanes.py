@@ -126,3 +126,22 @@ def test_lanes_between_reduce_loops(rng: np.random.Generator) -> None:
     assert lanes_of(k) == [("threadIdx.x", 8)]
     np.testing.assert_allclose(k.run_cpu(X, bounds_check=True), X.astype(np.float64).sum(axis=1), rtol=1e-5,
                                atol=1e-4)
+
+
+@pytest.mark.emulator
+def test_a_partial_last_warp_shuffles_with_only_the_lanes_it_has(rng: np.random.Generator) -> None:
+    """A hand-written schedule of 16 x 3 threads: the second warp has 16 lanes, and shfl.sync waits for every
+    lane its mask names, so that warp's mask names those 16 (the first warp's names all 32)."""
+    f = sl.workloads.reduce(30, 16)
+    s = sl.Schedule(f)
+    i, k = s.get_loops("R")
+    io, ii = s.split(i, [None, 3])
+    s.bind(io, "blockIdx.x")
+    s.bind(ii, "threadIdx.y")
+    s.bind(k, "threadIdx.x")
+    kernel = sl.build(s, "h100")
+    body = "\n".join(kernel_bodies(kernel.source).values())
+    assert "__shfl_xor_sync(((threadIdx.x + 16 * (threadIdx.y + 3 * threadIdx.z)) < 32 ? 0xffffffffu : 65535u)" \
+        in body, body
+    x = rng.standard_normal((30, 16)).astype(np.float32)
+    np.testing.assert_allclose(kernel.run_cpu(x, bounds_check=True), x.sum(axis=1), rtol=1e-5, atol=1e-5)
