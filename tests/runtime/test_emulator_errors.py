@@ -110,9 +110,9 @@ def test_bounds_mode_reports_shared_overrun(rng: np.random.Generator) -> None:
     with pytest.raises(EmulatorError) as err:
         emulate(full(SHARED_OVERRUN), launch("tile_overrun", ("x", "y"), block=64), {"x": x, "y": poisoned(64)},
                 bounds_check=True)
-    msg = str(err.value)
-    assert "kernel 'tile_overrun' block (0,0,0) thread (32,0,0)" in msg
-    assert "shared buffer 'tile'" in msg and "element index 32" in msg and "size 32 elements" in msg
+    msg = str(err.value)  # checked runs start the first block's threads last-first: thread 63 overruns first
+    assert "kernel 'tile_overrun' block (0,0,0) thread (63,0,0)" in msg
+    assert "shared buffer 'tile'" in msg and "element index 63" in msg and "size 32 elements" in msg
 
 
 def test_bounds_mode_checks_vector_width(rng: np.random.Generator) -> None:

@@ -17,64 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "sl_emu_context.h"
 #include "sl_emu_types.h"
-
-#if defined(__x86_64__) && !defined(SL_EMU_FORCE_UCONTEXT)
-#define SL_EMU_ASM_SWITCH 1
-// sl_emu_ctx_switch(save, to): push callee-saved registers, store rsp in *save, load `to`, pop, ret.
-// sl_emu_fiber_entry: first "return" target of a new fiber; calls r13(r12) on an aligned stack.
-asm(R"(
-  .text
-  .globl sl_emu_ctx_switch
-  .hidden sl_emu_ctx_switch
-  .type sl_emu_ctx_switch,@function
-  .p2align 4
-sl_emu_ctx_switch:
-  pushq %rbp
-  pushq %rbx
-  pushq %r12
-  pushq %r13
-  pushq %r14
-  pushq %r15
-  movq %rsp, (%rdi)
-  movq %rsi, %rsp
-  popq %r15
-  popq %r14
-  popq %r13
-  popq %r12
-  popq %rbx
-  popq %rbp
-  ret
-  .size sl_emu_ctx_switch, .-sl_emu_ctx_switch
-  .globl sl_emu_fiber_entry
-  .hidden sl_emu_fiber_entry
-  .type sl_emu_fiber_entry,@function
-  .p2align 4
-sl_emu_fiber_entry:
-  movq %r12, %rdi
-  callq *%r13
-  ud2
-  .size sl_emu_fiber_entry, .-sl_emu_fiber_entry
-)");
-extern "C" __attribute__((visibility("hidden"))) void sl_emu_ctx_switch(void** save_sp, void* new_sp);
-extern "C" __attribute__((visibility("hidden"))) void sl_emu_fiber_entry();
-#else
-#include <ucontext.h>
-#endif
 
 namespace sl_emu {
 
 enum FiberState : int { kReady = 0, kWaitBlock = 1, kWaitWarp = 2, kExited = 3, kWaitMbarrier = 4 };
 constexpr int kXSlot = 32;            // bytes per lane in a warp exchange
 constexpr uint64_t kCanary = 0x5eed5eed5eed5eedull;
-
-struct Ctx {
-#if SL_EMU_ASM_SWITCH
-  void* sp = nullptr;
-#else
-  ucontext_t uc;
-#endif
-};
 
 // One issued, not yet completed 16-byte cp.async (sl_emu_warp.h): neither end is touched until
 // the sl_cp_async_wait that completes its group.
@@ -146,6 +96,7 @@ struct BlockCtx {
   Range shared[64];                // this block's shared buffers, registered as declared
   int nshared = 0;
   bool failed = false;
+  bool reversed = false;           // threads start, and are released, last first (see run_block)
   std::string error;
 };
 
@@ -161,15 +112,6 @@ SL_EMU_TLS sl_emu::Fiber* sl_emu_tls_fiber = nullptr;
 #undef SL_EMU_TLS
 
 namespace sl_emu {
-
-inline void ctx_switch(Ctx* save, Ctx* to) {
-#if SL_EMU_ASM_SWITCH
-  sl_emu_ctx_switch(&save->sp, to->sp);
-#else
-  swapcontext(&save->uc, &to->uc);
-#endif
-  __asm__ __volatile__("" ::: "memory");
-}
 
 [[noreturn]] inline void fiber_main(void* fiber);
 #ifdef SL_EMU_BANKS
@@ -303,8 +245,10 @@ inline int syncthreads_impl(int pred = 0) {
     b->bar_arrivals = 0;
     b->bar_count[p ^ 1u] = 0;
     ++b->bar_phase;
-    for (int i = 0; i < b->nthreads; ++i)
+    for (int k = 0; k < b->nthreads; ++k) {
+      const int i = b->reversed ? b->nthreads - 1 - k : k;
       if (i != f->linear) push_ready(b, i);
+    }
   } else {
     f->state = kWaitBlock;
     wait_released(b, f);
@@ -319,8 +263,10 @@ inline void warp_sync_impl(BlockCtx* b, Fiber* f) {
     w.arrivals = 0;
     ++w.phase;
     const int base = f->warp * 32;
-    for (int l = 0; l < w.size; ++l)
+    for (int k = 0; k < w.size; ++k) {
+      const int l = b->reversed ? w.size - 1 - k : k;
       if (l != f->lane) push_ready(b, base + l);
+    }
     return;
   }
   f->state = kWaitWarp;
@@ -373,6 +319,16 @@ inline void run_block(BlockCtx* b, unsigned char* stacks, size_t stride, size_t 
   b->bar_phase = 0;
   b->bar_count[0] = b->bar_count[1] = 0;
   b->failed = false;
+#ifdef SL_EMU_BOUNDS
+  // Threads run one at a time between barriers, so a missing barrier goes unseen whenever the writer happens
+  // to run before its reader.  Checked runs alternate the order by block (the first block last-first, as a
+  // one-block grid runs), so such a race reads the poisoned shared memory in one order or the other.
+  const unsigned long long linear_block = b->blockIdx.x + static_cast<unsigned long long>(b->gridDim.x) *
+      (b->blockIdx.y + static_cast<unsigned long long>(b->gridDim.y) * b->blockIdx.z);
+  b->reversed = (linear_block & 1u) == 0;
+#else
+  b->reversed = false;
+#endif
   for (int w = 0; w < b->nwarps; ++w) {
     b->warps[w].arrivals = 0;
     b->warps[w].phase = 0;
@@ -390,8 +346,8 @@ inline void run_block(BlockCtx* b, unsigned char* stacks, size_t stride, size_t 
     f.wg_pending.clear();
     f.wg_commits = 0;
     ctx_init(&f, stacks + static_cast<size_t>(i) * stride, stack_bytes);
-    push_ready(b, i);
   }
+  for (int k = 0; k < b->nthreads; ++k) push_ready(b, b->reversed ? b->nthreads - 1 - k : k);
   Fiber* first = &b->fibers[b->queue[b->qhead++ & b->qmask]];
   sl_emu_tls_fiber = first;
   ctx_switch(&b->main, &first->ctx);
