@@ -77,8 +77,8 @@ def bfloat16_bits(values: Any, xp: Any = np) -> Any:
     (as the emulator's ``__float2bfloat16_rn`` does): rounding its bits, or only truncating them, could carry
     it into infinity or zero."""
     f32 = xp.ascontiguousarray(values, dtype=xp.float32)
-    bits = f32.view(xp.uint32).astype(xp.uint64)  # 64-bit: the rounding carry cannot wrap
-    rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16
+    bits = f32.view(xp.uint32)
+    rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16  # only a NaN's bits can wrap here: `where` drops them
     return xp.where(xp.isnan(f32), (bits >> 16) | 0x40, rounded).astype(xp.uint16)
 
 

@@ -79,7 +79,7 @@ def check_resources_together(kernels: Sequence[sl.Kernel], *, spills_allowed: bo
                              archs: Sequence[str] = ARCHS) -> None:
     """``check_resources`` for several kernels, compiled in one nvcc run per arch (``kernel_batch``)."""
     if not compiler_available():
-        warnings.warn("compile check not run: neither nvcc nor NVRTC was found", UserWarning, stacklevel=3)
+        warnings.warn("compile check not run: neither nvcc nor NVRTC was found", UserWarning, stacklevel=2)
         return
     for arch in archs:
         profile = sl.hw.load(ARCH_PROFILE[arch])

@@ -97,3 +97,16 @@ def test_a_slot_waited_with_the_wrong_parity_hangs_and_is_reported(toolchain: No
     with pytest.raises(sl.EmulatorError, match="mbarrier phase"):
         emulate(broken, [KernelLaunch(spec.name, spec.grid_for({}), spec.block, spec.params, spec.dynamic_smem)],
                 {"A": a, "B": b, "D": np.zeros((64, 64), np.float16), **maps})
+
+
+@pytest.mark.parametrize("template", ["wgmma_tma", "wgmma_ws"])
+def test_every_thread_runs_the_tensor_map_fence(template: str) -> None:
+    """A proxy fence orders the operations of the thread that runs it, and the warp-specialized kernel issues
+    its copies from the producer warp: the fences are statements of the kernel body, outside any guard.
+    (The emulator cannot see a missing fence, so the source is what is checked.)"""
+    f = wl.matmul(1024, 1024, 1024, "float16")
+    body = sl.build(MATMUL.apply(f, "h100", MATMUL.template_default(f, H100, template)), "h100").source
+    body = body[body.index('extern "C"'):]  # the kernel, after the preludes (which define the fence)
+    fences = [line for line in body.splitlines() if "sl_tmap_acquire(" in line]
+    # at the kernel body's own level (two spaces in), so inside no `if` and no loop
+    assert len(fences) == 2 and all(line.startswith("  sl_tmap_acquire(") for line in fences), fences

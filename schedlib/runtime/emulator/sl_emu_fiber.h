@@ -96,7 +96,8 @@ struct BlockCtx {
   Range shared[64];                // this block's shared buffers, registered as declared
   int nshared = 0;
   bool failed = false;
-  bool reversed = false;           // threads start, and are released, last first (see run_block)
+  bool ordered = false;            // checked runs: every release keeps the block's thread order
+  bool reversed = false;           // that order is last-first (see run_block)
   std::string error;
 };
 
@@ -230,6 +231,29 @@ inline void wait_released(BlockCtx* b, Fiber* f) {
   ctx_switch(&f->ctx, &next->ctx);
 }
 
+// Release threads [base, base + n).  A fast run queues the others and the releasing thread runs on.  A checked
+// run keeps the block's order: the releasing thread takes its own place in it and waits for its turn (else the
+// order would collapse after the first barrier), and the released threads go to the front of the queue (a
+// warp that completes a warp operation runs on ahead of the other warps, as in a fast run, which is what
+// shows a warp reading another warp's shared data before that warp has finished writing it).
+inline void release_threads(BlockCtx* b, Fiber* self, int base, int n) {
+  if (!b->ordered) {
+    for (int i = base; i < base + n; ++i)
+      if (i != self->linear) push_ready(b, i);
+    return;
+  }
+  for (int k = n - 1; k >= 0; --k) {  // pushed to the front last-to-first: they run first-to-last
+    const int i = base + (b->reversed ? n - 1 - k : k);
+    b->fibers[i].state = kReady;
+    b->queue[--b->qhead & b->qmask] = i;
+  }
+  if (b->queue[b->qhead & b->qmask] == self->linear) {
+    ++b->qhead;  // its turn already
+  } else {
+    wait_released(b, self);
+  }
+}
+
 // Block barrier; returns how many threads passed a non-zero `pred` (the __syncthreads_count
 // value). The count of the next barrier is cleared on release, which is safe: nobody can reach the
 // next barrier before this one releases, nor the one after before everyone has read this count.
@@ -245,10 +269,7 @@ inline int syncthreads_impl(int pred = 0) {
     b->bar_arrivals = 0;
     b->bar_count[p ^ 1u] = 0;
     ++b->bar_phase;
-    for (int k = 0; k < b->nthreads; ++k) {
-      const int i = b->reversed ? b->nthreads - 1 - k : k;
-      if (i != f->linear) push_ready(b, i);
-    }
+    release_threads(b, f, 0, b->nthreads);
   } else {
     f->state = kWaitBlock;
     wait_released(b, f);
@@ -262,11 +283,7 @@ inline void warp_sync_impl(BlockCtx* b, Fiber* f) {
   if (++w.arrivals == w.size) {
     w.arrivals = 0;
     ++w.phase;
-    const int base = f->warp * 32;
-    for (int k = 0; k < w.size; ++k) {
-      const int l = b->reversed ? w.size - 1 - k : k;
-      if (l != f->lane) push_ready(b, base + l);
-    }
+    release_threads(b, f, f->warp * 32, w.size);
     return;
   }
   f->state = kWaitWarp;
@@ -321,13 +338,15 @@ inline void run_block(BlockCtx* b, unsigned char* stacks, size_t stride, size_t 
   b->failed = false;
 #ifdef SL_EMU_BOUNDS
   // Threads run one at a time between barriers, so a missing barrier goes unseen whenever the writer happens
-  // to run before its reader.  Checked runs alternate the order by block (the first block last-first, as a
-  // one-block grid runs), so such a race reads the poisoned shared memory in one order or the other.
+  // to run before its reader.  Checked runs keep one order per block through every release and alternate it
+  // by block (the first block last-first, as a one-block grid runs), so such a race reads the poisoned
+  // shared memory in one order or the other.
   const unsigned long long linear_block = b->blockIdx.x + static_cast<unsigned long long>(b->gridDim.x) *
       (b->blockIdx.y + static_cast<unsigned long long>(b->gridDim.y) * b->blockIdx.z);
+  b->ordered = true;
   b->reversed = (linear_block & 1u) == 0;
 #else
-  b->reversed = false;
+  b->ordered = b->reversed = false;
 #endif
   for (int w = 0; w < b->nwarps; ++w) {
     b->warps[w].arrivals = 0;

@@ -23,18 +23,18 @@ from schedlib.ir.dtype import numpy_dtype
 from schedlib.runtime.timing import event_timer, repetitions, rotation_copies, round_robin
 
 INT_SENTINEL = -123456789  # an output element no kernel wrote keeps this (ints) or NaN (floats)
+TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # relative to max|ref| + |ref|; 16-bit floats get 1e-2
 
 
 def _unwritten(dtype: np.dtype) -> Any:
-    """What a fresh output holds before the kernel writes it: NaN for floats (bf16 bits 0xFFFF are a NaN),
-    an unlikely value for integers, within the type's range (numpy refuses to overflow it)."""
+    """What a fresh output holds before the kernel writes it: NaN for floats (bf16 bits 0xFFFF are a NaN);
+    an unlikely value for integers, within the type's range (numpy refuses to overflow an int8); True for
+    bools, which have no unlikely value."""
     if dtype == np.uint16:  # bfloat16 storage
         return 0xFFFF
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return INT_SENTINEL if info.min <= INT_SENTINEL else info.min if dtype.kind == "i" else info.max
-    return math.nan
-TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # relative to max|ref| + |ref|; 16-bit floats get 1e-2
+    if dtype.kind == "i":
+        return max(INT_SENTINEL, int(np.iinfo(dtype).min))
+    return True if dtype.kind == "b" else math.nan
 
 
 class DeviceFault(Exception):
@@ -219,7 +219,7 @@ class KernelBench:
         except Exception as exc:
             raise self._fault(exc) from None
 
-        # bound once: a timed run does nothing on the host but enqueue (host work there is timed too)
+        # looked up once: what a timed run does on the host is the launches themselves (timed too)
         bound = [(fns[ln["name"]], ln["grid"], ln["block"], [(p, args[p]) for p in ln["params"]], int(ln["smem"]))
                  for ln in kernel["launches"]]
 
