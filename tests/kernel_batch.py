@@ -59,19 +59,24 @@ def _merge(kernels: list[sl.Kernel]) -> list[_Merged]:
 
 
 def compile_together(kernels: list[sl.Kernel], arch: str) -> list[dict[str, KernelResources]]:
-    """Each kernel's resources as ptxas reports them for ``arch``, keyed by its own entry-point names, from one
-    nvcc (or NVRTC) run per group of kernels with the same helpers.  A kernel missing from ptxas's report has
-    an empty dict."""
+    """Each kernel's resources as ptxas reports them for ``arch`` (read as ``sm_90a`` for a wgmma kernel, as
+    ``Kernel.compile_check`` does), keyed by its own entry-point names, from one nvcc (or NVRTC) run per
+    architecture and group of kernels with the same helpers.  A kernel missing from ptxas's report has an
+    empty dict."""
     out: list[dict[str, KernelResources]] = [{} for _ in kernels]
-    for unit in _merge(kernels):
-        if len(unit.members) == 1:  # a kernel on its own compiles from its own source, names unchanged
-            (i,) = unit.members
-            out[i] = dict(compile_check(kernels[i].source, arch).kernels)
-            continue
-        report = compile_check(unit.source, arch)
-        for entry, (i, name) in unit.entries.items():
-            if entry in report.kernels:
-                out[i][name] = report.kernels[entry]
+    by_arch: dict[str, list[int]] = {}
+    for i, k in enumerate(kernels):
+        by_arch.setdefault(k._arch_for(arch), []).append(i)
+    for build_arch, members in by_arch.items():
+        group = [kernels[i] for i in members]
+        for unit in _merge(group):
+            if len(unit.members) == 1:  # a kernel on its own compiles from its own source, names unchanged
+                out[members[unit.members[0]]] = dict(compile_check(group[unit.members[0]].source, build_arch).kernels)
+                continue
+            report = compile_check(unit.source, build_arch)
+            for entry, (j, name) in unit.entries.items():
+                if entry in report.kernels:
+                    out[members[j]][name] = report.kernels[entry]
     return out
 
 

@@ -132,14 +132,8 @@ def test_top_configs_build_compile_and_match_numpy(builder: str, case: str, kwar
     profile = load(target)
     kernels = [sl.build(get_rule(rule.name).apply(func, profile, c), profile) for c in configs]
     problems: list[list[str]] = [[] for _ in kernels]
-    if HAVE_COMPILER:  # one nvcc run per architecture the kernels build for (a wgmma kernel: sm_90a)
-        by_arch: dict[str, list[int]] = {}
-        for i, k in enumerate(kernels):
-            by_arch.setdefault(k._arch_for(profile.arch), []).append(i)
-        for arch, members in by_arch.items():
-            group = [kernels[i] for i in members]
-            for i, res in zip(members, compile_together(group, arch)):
-                problems[i] = _resources(kernels[i], res, profile)
+    if HAVE_COMPILER:
+        problems = [_resources(k, res, profile) for k, res in zip(kernels, compile_together(kernels, profile.arch))]
     for found, outputs in zip(problems, run_together(kernels, inputs)):
         found += _mismatches(func, outputs, expected)
     failures = [f"rank {i} {c}: {'; '.join(why)}" for i, (c, why) in enumerate(zip(configs, problems)) if why]

@@ -83,17 +83,13 @@ def check_resources_together(kernels: Sequence[sl.Kernel], *, spills_allowed: bo
         return
     for arch in archs:
         profile = sl.hw.load(ARCH_PROFILE[arch])
-        by_build: dict[str, list[sl.Kernel]] = {}  # a wgmma kernel builds for sm_90a, on the Hopper profile only
-        for kernel in kernels:
-            if kernel.arch != "sm_90a" or arch == "sm_90":
-                by_build.setdefault(kernel._arch_for(arch), []).append(kernel)
-        for build_arch, group in by_build.items():
-            for kernel, resources in zip(group, compile_together(group, build_arch)):
-                names = {spec.name for spec in kernel.launch}
-                assert names <= set(resources), f"{arch}: ptxas reported {sorted(resources)}, launched {names}"
-                for spec in kernel.launch:
-                    _check_limits(spec, resources[spec.name], profile,
-                                  f"{arch} kernel {spec.name} (block {spec.block})", spills_allowed)
+        group = [k for k in kernels if k.arch != "sm_90a" or arch == "sm_90"]  # wgmma: the Hopper profile only
+        for kernel, resources in zip(group, compile_together(group, arch)):
+            names = {spec.name for spec in kernel.launch}
+            assert names <= set(resources), f"{arch}: ptxas reported {sorted(resources)}, launched {names}"
+            for spec in kernel.launch:
+                _check_limits(spec, resources[spec.name], profile, f"{arch} kernel {spec.name} (block {spec.block})",
+                              spills_allowed)
 
 
 def _check_limits(spec: Any, res: KernelResources, profile: Any, where: str, spills_allowed: bool) -> None:

@@ -218,6 +218,9 @@ inline void check_stack(BlockCtx* b, Fiber* f) {
   fail_block(b, self, msg);
 }
 
+// The k-th of n threads in the block's order (last-first in a reversed block).
+inline int nth_in_order(const BlockCtx* b, int n, int k) { return b->reversed ? n - 1 - k : k; }
+
 inline void push_ready(BlockCtx* b, int i) {
   b->fibers[i].state = kReady;
   b->queue[b->qtail++ & b->qmask] = i;
@@ -243,7 +246,7 @@ inline void release_threads(BlockCtx* b, Fiber* self, int base, int n) {
     return;
   }
   for (int k = n - 1; k >= 0; --k) {  // pushed to the front last-to-first: they run first-to-last
-    const int i = base + (b->reversed ? n - 1 - k : k);
+    const int i = base + nth_in_order(b, n, k);
     b->fibers[i].state = kReady;
     b->queue[--b->qhead & b->qmask] = i;
   }
@@ -366,7 +369,7 @@ inline void run_block(BlockCtx* b, unsigned char* stacks, size_t stride, size_t 
     f.wg_commits = 0;
     ctx_init(&f, stacks + static_cast<size_t>(i) * stride, stack_bytes);
   }
-  for (int k = 0; k < b->nthreads; ++k) push_ready(b, b->reversed ? b->nthreads - 1 - k : k);
+  for (int k = 0; k < b->nthreads; ++k) push_ready(b, nth_in_order(b, b->nthreads, k));
   Fiber* first = &b->fibers[b->queue[b->qhead++ & b->qmask]];
   sl_emu_tls_fiber = first;
   ctx_switch(&b->main, &first->ctx);

@@ -54,8 +54,8 @@ inline void mbar_settle(uint64_t* bar, MbarState s) {
     s.parity ^= 1u;
     s.left = s.count;
     BlockCtx* b = sl_emu_tls_block;
-    for (int k = 0; k < b->nthreads; ++k) {  // in the block's order (last-first in a reversed block)
-      const int i = b->reversed ? b->nthreads - 1 - k : k;
+    for (int k = 0; k < b->nthreads; ++k) {
+      const int i = nth_in_order(b, b->nthreads, k);
       Fiber& f = b->fibers[i];
       if (f.state == kWaitMbarrier && f.mbarrier == bar) {
         f.mbarrier = nullptr;
