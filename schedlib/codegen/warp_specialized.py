@@ -65,6 +65,7 @@ class WgmmaProducerWarpWriter(WgmmaTmaWriter):
         self.emit("__syncwarp();")
         self.close()
         self.open("else")
+        self._zero_accumulators()
         self.open(f"for (int {ko} = 0; {ko} < sl_ktiles; ++{ko})")
         self.emit(f"const int sl_stage = {ko} % {s};")
         self.emit(f"sl_mbar_wait(&sl_full[sl_stage], ({ko} / {s}) & 1);  // this use of the slot")

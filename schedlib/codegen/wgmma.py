@@ -172,11 +172,8 @@ class WgmmaWriter(TensorCoreWriter):
         self.emit(f"const unsigned sl_a_addr = sl_smem_addr(&{smem['a']}[0]), "
                   f"sl_b_addr = sl_smem_addr(&{smem['b']}[0]);")
         self.emit(f"float sl_acc[1][{p.warp[1] // 8}][4];  // = the wgmma's {p.warp[1] // 2} accumulator registers")
-        self.loop("sl_nt", p.warp[1] // 8)
-        self.loop("sl_e", 4)
-        self.emit("sl_acc[0][sl_nt][sl_e] = 0.0f;")
-        self.close()
-        self.close()
+        if threads == consumers:
+            self._zero_accumulators()
         self._loader(smem, threads)
         self._ring_setup()
         self._mainloop(ko)
@@ -190,6 +187,16 @@ class WgmmaWriter(TensorCoreWriter):
     def _block_threads(self, consumers: int) -> int:
         """The block's threads: the accumulator warps (a producer warp is added where one feeds the ring)."""
         return consumers
+
+    def _zero_accumulators(self) -> None:
+        """Where a producer warp shares the block, only the accumulator warps' branch does this: zeros set for
+        every thread meet the wgmma results where the branches join, and that made ptxas serialize the wgmmas
+        (C7514) of the fp32-output kernel."""
+        self.loop("sl_nt", self.plan.warp[1] // 8)
+        self.loop("sl_e", 4)
+        self.emit("sl_acc[0][sl_nt][sl_e] = 0.0f;")
+        self.close()
+        self.close()
 
     def _mainloop(self, ko: str) -> None:
         """Every k step: the ring refilled ``ahead`` tiles ahead, the step's wgmmas issued, one group in flight."""
