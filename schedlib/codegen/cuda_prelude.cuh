@@ -82,6 +82,14 @@ template <int N>
 __device__ __forceinline__ void sl_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
+
+// Barrier ID among the first COUNT threads to arrive (whole warps); barrier 0 is __syncthreads'.
+template <int ID, int COUNT>
+__device__ __forceinline__ void sl_named_barrier() {
+  static_assert(ID >= 1 && ID < 16, "named barriers are 1..15 (barrier 0 is __syncthreads')");
+  static_assert(COUNT > 0 && COUNT % 32 == 0, "a named barrier counts whole warps");
+  asm volatile("bar.sync %0, %1;\n" :: "n"(ID), "n"(COUNT) : "memory");
+}
 #else
 #include "sl_cuda_emu.h"
 #endif

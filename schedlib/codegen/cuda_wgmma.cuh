@@ -20,6 +20,18 @@ template <int N>
 __device__ __forceinline__ void sl_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
 }
+// The registers of each thread of this warpgroup become N (every thread of the warpgroup executes it): a
+// producer warpgroup gives registers back to the block's pool, the accumulator warpgroups take them.
+template <int N>
+__device__ __forceinline__ void sl_setmaxnreg_dec() {
+  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+template <int N>
+__device__ __forceinline__ void sl_setmaxnreg_inc() {
+  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));
+}
 
 // Accumulator operand lists: d[i..i+7] as read-write float registers.
 #define SL_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \

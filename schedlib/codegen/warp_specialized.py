@@ -15,20 +15,42 @@ warp-specialized kernels of the CUTLASS 3 family:
 * the producer starts on the empty barriers' parity 1, which a fresh barrier reports as completed, so the
   first ``stages`` requests do not wait; after that it waits for parity ``(kt / stages + 1) & 1``.
 
-The block barriers left are the ring's set-up and the epilogue's.  The producer warpgroup takes no part in
-the accumulator epilogue and helps to write the staged output tile out.  (The block stays whole warpgroups,
-as wgmma kernels are written; its other three warps only wait.)  A ring of one slot cannot work (the
-slot of the group in flight could never be released), so at least two stages are required.
+After the set-up the roles never meet again.  The accumulator warps synchronise among themselves with a
+named barrier (``sl_named_barrier``), stage the output tile in the ring and write it out; the producer
+warpgroup is done once it has requested the last tile.  That split is what lets the register file be
+divided as in CUTLASS: the block is compiled for the register cap of all its threads (168 at 384 threads),
+the producer warpgroup gives all but 40 of its registers back (``setmaxnreg.dec``) and the accumulator
+warpgroups take them (``setmaxnreg.inc``, 232 at two warpgroups).  ptxas allocates each branch for its own
+count, which it can only do because no code after the split runs in both; the same calls in code that
+joins again make ptxas fit the joined part to 40 registers (over a kilobyte of spills, and C7512).  The block
+stays whole warpgroups, as wgmma kernels are written (the producer's other three warps only give their
+registers back).  A ring of one slot cannot work (the slot of the wgmma group in flight could never be
+released), so at least two stages are required.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from schedlib.codegen.tma import WgmmaTmaWriter
 from schedlib.ir.func import Block, Func
 
 PRODUCER = "warp"  # the root's ``producer`` annotation
 PRODUCER_THREADS = 128  # a whole warpgroup, so that the block is whole warpgroups; one lane of it works
+PRODUCER_REGISTERS = 40  # what the producer keeps after setmaxnreg.dec (its loop needs about 30; CUTLASS: 40)
+REGISTER_FILE = 65536  # 32-bit registers a block may hold on sm_90
+TILE_BARRIER = 1  # the named barrier of the accumulator warps (0 is __syncthreads')
 
+
+def register_split(consumers: int) -> tuple[int, int] | None:
+    """(the block's per-thread cap, the accumulator threads' count after setmaxnreg.inc), or None when the cap
+    is already the most a thread can have.  The cap is what ptxas allocates to every thread of a block this
+    size (registers come in eights); the producer's returned registers are shared among the accumulator
+    threads."""
+    threads = consumers + PRODUCER_THREADS
+    cap = min(255, REGISTER_FILE // threads // 8 * 8)
+    grown = min(248, (cap * threads - PRODUCER_REGISTERS * PRODUCER_THREADS) // consumers // 8 * 8)
+    return (cap, grown) if grown > cap else None
 
 def uses_producer_warp(root: Block) -> bool:
     return dict(root.annotations).get("producer") == PRODUCER
@@ -52,9 +74,13 @@ class WgmmaProducerWarpWriter(WgmmaTmaWriter):
                 ("sl_empty", str(self.warps_m * self.warps_n), "one release per accumulator warp"))
 
     def _mainloop(self, ko: str) -> None:
+        """The producer's loop, then the accumulator warps' loop; their branch stays open for the epilogue."""
         s = self.plan.stages
         consumer_warps = self.warps_m * self.warps_n
+        split = register_split(32 * consumer_warps)
         self.open(f"if (sl_warp >= {consumer_warps})")  # the producer warpgroup
+        if split:
+            self.emit(f"sl_setmaxnreg_dec<{PRODUCER_REGISTERS}>();  // the block was given {split[0]} per thread")
         self.open(f"if (sl_warp == {consumer_warps} && sl_lane == 0)")
         self.open("for (int sl_kt = 0; sl_kt < sl_ktiles; ++sl_kt)")
         self.emit(f"const int sl_stage = sl_kt % {s};")
@@ -62,9 +88,10 @@ class WgmmaProducerWarpWriter(WgmmaTmaWriter):
         self.emit("sl_load(sl_stage, sl_kt);")
         self.close()
         self.close()
-        self.emit("__syncwarp();")
         self.close()
         self.open("else")
+        if split:
+            self.emit(f"sl_setmaxnreg_inc<{split[1]}>();  // what the producer gave back")
         self._zero_accumulators()
         self.open(f"for (int {ko} = 0; {ko} < sl_ktiles; ++{ko})")
         self.emit(f"const int sl_stage = {ko} % {s};")
@@ -74,4 +101,17 @@ class WgmmaProducerWarpWriter(WgmmaTmaWriter):
         self.emit(f"if ({ko} > 0 && sl_lane == 0) sl_mbar_arrive(&sl_empty[({ko} + {s - 1}) % {s}]);")
         self.close()
         self.emit("sl_wgmma_wait<0>();")
+
+    # the epilogue runs in the accumulator warps' branch: the producer has no part in it ----------------
+    def _epilogue_barrier(self, consumers: int, why: str | None = None) -> None:
+        # the producer's copies are complete by now: every one of them fed a wgmma that has been waited for
+        self.emit(f"sl_named_barrier<{TILE_BARRIER}, {consumers}>();  // {why or 'the output tile is staged'}")
+
+    def _epilogue_threads(self, threads: int, consumers: int) -> int:
+        return consumers
+
+    def _consumers_only(self, consumers: int, threads: int, body: Callable[[], None]) -> None:
+        body()  # inside their branch already
+
+    def _end_roles(self) -> None:
         self.close()

@@ -182,6 +182,7 @@ class WgmmaWriter(TensorCoreWriter):
             self._staged_epilogue(threads, consumers)
         else:
             self._consumers_only(consumers, threads, self._epilogue)
+        self._end_roles()
         return self._assemble_wgmma(threads, smem)
 
     def _block_threads(self, consumers: int) -> int:
@@ -228,6 +229,17 @@ class WgmmaWriter(TensorCoreWriter):
         if in_flight:
             self.emit("sl_wgmma_wait<0>();")
 
+    def _epilogue_barrier(self, consumers: int, why: str | None = None) -> None:
+        """A barrier among the threads that write the output tile out (the block, here)."""
+        self.emit(f"__syncthreads();  // {why}" if why else "__syncthreads();")
+
+    def _epilogue_threads(self, threads: int, consumers: int) -> int:
+        """The threads that write the staged output tile out (the block, here)."""
+        return threads
+
+    def _end_roles(self) -> None:
+        """After the epilogue: where the roles split for good, the accumulator warps' branch closes here."""
+
     def _consumers_only(self, consumers: int, threads: int, body: Callable[[], None]) -> None:
         """``body`` for the accumulator warps only (all threads when there is no other warp)."""
         if threads != consumers:
@@ -266,21 +278,22 @@ class WgmmaWriter(TensorCoreWriter):
         bm, bn, ch = p.tile[p.m], p.tile[p.n], self.chunk
         ld = bn + stage_row_pad(BYTES[out.dtype]) // BYTES[out.dtype]
         om, on = self._origin(p.m), self._origin(p.n)
-        self.emit("__syncthreads();  // every warpgroup's wgmmas are done: the ring now stages the output tile")
+        self._epilogue_barrier(consumers, "every warpgroup's wgmmas are done: the ring now stages the output tile")
         if self.ragged(p.n):  # a pair may straddle the last column: element by element
             self._consumers_only(consumers, threads, lambda: self._epilogue(
                 lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};"))
         else:
             self._consumers_only(consumers, threads, lambda: self._paired_epilogue(
                 "sl_out_s", f"(sl_row - {om}) * {ld} + (sl_col - {on})"))
-        self.emit("__syncthreads();")
+        self._epilogue_barrier(consumers)
         chunks, per_row = bm * bn // ch, bn // ch
-        self.open_chunks(chunks, per_row, threads)
+        writers = self._epilogue_threads(threads, consumers)
+        self.open_chunks(chunks, per_row, writers)
         self.emit(f"const int sl_row = {om} + sl_r, sl_col = {on} + sl_q * {ch};")
         guard = self.bounds_guard()
         self.emit(f"{f'if ({guard}) ' if guard else ''}SL_VSTORE(uint4, {mangle(out.name)}, {self._e(target)}, "
                   f"SL_VLOAD(uint4, sl_out_s, sl_r * {ld} + sl_q * {ch}));")
-        self.close_chunks(chunks, threads)
+        self.close_chunks(chunks, writers)
 
     def _assemble_wgmma(self, threads: int, smem: dict[str, str]) -> tuple[str, KernelSpec]:
         p = self.plan

@@ -218,7 +218,8 @@ def test_the_default_keeps_its_wgmmas_asynchronous(cuda_compiler: None) -> None:
     and to half again, which drew C7514 from the default fp16 kernel; and the producer-warp kernel with fp32
     output drew it while its accumulators were zeroed by every thread, the producer's too.)"""
     for kw, template in (({}, "wgmma"), ({"epilogue": "bias_relu"}, "wgmma"), ({}, "wgmma_tma"),
-                         ({}, "wgmma_ws"), ({"out_dtype": "float32"}, "wgmma_ws"), ({"epilogue": "bias_relu"}, None), ({}, None), ({"trans_b": True}, None),
+                         ({}, "wgmma_ws"), ({"out_dtype": "float32"}, "wgmma_ws"), ({"epilogue": "bias_relu"}, None),
+                         ({}, None), ({"trans_b": True}, None),
                          ({"trans_a": True, "dtype": "bfloat16"}, None)):
         f = wl.matmul(4096, 4096, 4096, kw.get("dtype", "float16"), **{k: v for k, v in kw.items() if k != "dtype"})
         kernel = sl.build(MATMUL.apply(f, "h100", MATMUL.template_default(f, H100, template)), "h100")

@@ -16,6 +16,7 @@ import schedlib as sl
 import schedlib.hw
 import schedlib.rules as rules
 from schedlib import workloads as wl
+from schedlib.codegen.warp_specialized import register_split
 from schedlib.errors import BuildError
 from schedlib.runtime.emulator import KernelLaunch, emulate
 
@@ -68,8 +69,32 @@ def test_the_default_sized_kernel() -> None:
     assert [m.param for m in spec.tensor_maps] == ["@tmap:A", "@tmap:B"]
     body = kernel.source.split('extern "C"')[-1]
     mainloop = body[body.index("if (sl_warp >= 8)"):body.index("sl_wgmma_wait<0>();")]
-    assert "__syncthreads" not in mainloop and body.count("__syncthreads();") == 3  # set-up, epilogue x2
     assert "sl_mbar_arrive(&sl_empty[" in mainloop and "sl_mbar_wait(&sl_empty[" in mainloop
+    # after the set-up's block barrier the roles never meet: the accumulator warps stage and write the output
+    # tile behind their own named barrier, in their branch, which ends the kernel
+    assert body.count("__syncthreads();") == 1 and body.index("__syncthreads();") < body.index("if (sl_warp >= 8)")
+    epilogue = body[body.index("sl_wgmma_wait<0>();"):]
+    assert epilogue.count("sl_named_barrier<1, 256>();") == 2 and "sl_i * 256;" in epilogue
+    assert epilogue.rstrip().endswith("}\n  }\n}") and epilogue.count("\n  }\n") == 1
+
+
+def test_the_producer_gives_its_registers_to_the_accumulator_warps(cuda_compiler: None) -> None:
+    """At 384 threads ptxas may give each thread 168 registers; the producer warpgroup keeps 40 and the two
+    accumulator warpgroups take the rest, 232 each, as CUTLASS splits such a block.  setmaxnreg.inc waits
+    until the pool holds what it asks for, so the split must fit in what the block was given: ptxas gives
+    a kernel that uses setmaxnreg the whole cap (168, where this kernel alone needs fewer)."""
+    assert register_split(256) == (168, 232)
+    assert register_split(384) == (128, 152)  # three accumulator warpgroups
+    assert register_split(128) is None  # 256 threads may have 255 registers each already
+    f = wl.matmul(4096, 4096, 4096, "float16")
+    kernel = sl.build(MATMUL.apply(f, "h100", MATMUL.template_default(f, H100, "wgmma_ws")), "h100")
+    body = kernel.source.split('extern "C"')[-1]
+    producer = body[body.index("if (sl_warp >= 8)"):body.index("  else {")]
+    assert "sl_setmaxnreg_dec<40>();" in producer and "sl_setmaxnreg_inc<232>();" not in producer
+    assert "sl_setmaxnreg_inc<232>();" in body[body.index("  else {"):]
+    (res,) = kernel.compile_check("sm_90a").kernels.values()
+    assert res.registers == 168 and 2 * 128 * 232 + 128 * 40 <= res.registers * 384
+    assert res.spill_store_bytes == 0 and res.stack_frame_bytes == 0
 
 
 def test_a_producer_warp_needs_the_tma() -> None:

@@ -22,7 +22,7 @@
 
 namespace sl_emu {
 
-enum FiberState : int { kReady = 0, kWaitBlock = 1, kWaitWarp = 2, kExited = 3, kWaitMbarrier = 4 };
+enum FiberState : int { kReady = 0, kWaitBlock = 1, kWaitWarp = 2, kExited = 3, kWaitMbarrier = 4, kWaitNamed = 5 };
 constexpr int kXSlot = 32;            // bytes per lane in a warp exchange
 constexpr uint64_t kCanary = 0x5eed5eed5eed5eedull;
 
@@ -59,6 +59,7 @@ struct Fiber {
   std::vector<WgmmaOp> wg_pending;
   unsigned long long wg_commits = 0;
   const void* mbarrier = nullptr;  // the mbarrier this thread waits on (state kWaitMbarrier)
+  int named = 0;                   // the named barrier this thread waits at (state kWaitNamed)
 };
 
 struct Warp {
@@ -88,6 +89,7 @@ struct BlockCtx {
   int bar_arrivals = 0, exited = 0;
   unsigned bar_phase = 0;          // completed block barriers; selects bar_count
   int bar_count[2] = {0, 0};       // predicate sums of __syncthreads_count/_and/_or
+  int named_arrivals[16] = {};     // threads waiting at each named barrier (sl_named_barrier)
   Ctx main;
   unsigned char* dyn_smem = nullptr;
   size_t dyn_bytes = 0;
@@ -190,14 +192,16 @@ inline void check_stack(BlockCtx* b, Fiber* f) {
 }
 
 [[noreturn]] __attribute__((noinline, cold)) inline void deadlock(BlockCtx* b, Fiber* self) {
-  int n_block = 0, n_warp = 0, n_exit = 0, n_mbar = 0;
-  const Fiber *first_block = nullptr, *first_warp = nullptr, *first_exit = nullptr, *first_mbar = nullptr;
+  int n_block = 0, n_warp = 0, n_exit = 0, n_mbar = 0, n_named = 0;
+  const Fiber *first_block = nullptr, *first_warp = nullptr, *first_exit = nullptr, *first_mbar = nullptr,
+              *first_named = nullptr;
   for (int i = 0; i < b->nthreads; ++i) {
     const Fiber& f = b->fibers[i];
     if (f.state == kWaitBlock) { if (!n_block++) first_block = &f; }
     else if (f.state == kWaitWarp) { if (!n_warp++) first_warp = &f; }
     else if (f.state == kExited) { if (!n_exit++) first_exit = &f; }
     else if (f.state == kWaitMbarrier) { if (!n_mbar++) first_mbar = &f; }
+    else if (f.state == kWaitNamed) { if (!n_named++) first_named = &f; }
   }
   std::string msg = "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) +
                     ": barrier deadlock (it would hang on the GPU):";
@@ -213,8 +217,11 @@ inline void check_stack(BlockCtx* b, Fiber* f) {
   if (n_mbar)
     msg += " " + std::to_string(n_mbar) + " thread(s) wait on an mbarrier phase that no arrival or copy "
            "completes (first " + thread_str(*first_mbar) + ");";
-  msg += " every thread of the block must reach each __syncthreads(), and every lane of a warp each "
-         "warp-synchronous operation";
+  if (n_named)
+    msg += " " + std::to_string(n_named) + " thread(s) wait at named barrier " + std::to_string(first_named->named) +
+           " (sl_named_barrier) for threads that never arrive (first " + thread_str(*first_named) + ");";
+  msg += " every thread of the block must reach each __syncthreads(), every lane of a warp each "
+         "warp-synchronous operation, and as many threads as a named barrier counts each of its uses";
   fail_block(b, self, msg);
 }
 
@@ -234,19 +241,22 @@ inline void wait_released(BlockCtx* b, Fiber* f) {
   ctx_switch(&f->ctx, &next->ctx);
 }
 
-// Release threads [base, base + n).  A fast run queues the others and the releasing thread runs on.  A checked
-// run keeps the block's order: the releasing thread takes its own place in it and waits for its turn (else the
-// order would collapse after the first barrier), and the released threads go to the front of the queue (a
-// warp that completes a warp operation runs on ahead of the other warps, as in a fast run, which is what
-// shows a warp reading another warp's shared data before that warp has finished writing it).
-inline void release_threads(BlockCtx* b, Fiber* self, int base, int n) {
+// Release threads [base, base + n) that `waiting(i)` names (the releasing thread always).  A fast run queues
+// the others and the releasing thread runs on.  A checked run keeps the block's order: the releasing thread
+// takes its own place in it and waits for its turn (else the order would collapse after the first barrier),
+// and the released threads go to the front of the queue (a warp that completes a warp operation runs on ahead
+// of the other warps, as in a fast run, which is what shows a warp reading another warp's shared data before
+// that warp has finished writing it).
+template <class Waiting>
+inline void release_waiting(BlockCtx* b, Fiber* self, int base, int n, Waiting waiting) {
   if (!b->ordered) {
     for (int i = base; i < base + n; ++i)
-      if (i != self->linear) push_ready(b, i);
+      if (i != self->linear && waiting(i)) push_ready(b, i);
     return;
   }
   for (int k = n - 1; k >= 0; --k) {  // pushed to the front last-to-first: they run first-to-last
     const int i = base + nth_in_order(b, n, k);
+    if (i != self->linear && !waiting(i)) continue;
     b->fibers[i].state = kReady;
     b->queue[--b->qhead & b->qmask] = i;
   }
@@ -255,6 +265,10 @@ inline void release_threads(BlockCtx* b, Fiber* self, int base, int n) {
   } else {
     wait_released(b, self);
   }
+}
+
+inline void release_threads(BlockCtx* b, Fiber* self, int base, int n) {
+  release_waiting(b, self, base, n, [](int) { return true; });
 }
 
 // Block barrier; returns how many threads passed a non-zero `pred` (the __syncthreads_count
@@ -338,6 +352,7 @@ inline void run_block(BlockCtx* b, unsigned char* stacks, size_t stride, size_t 
   b->bar_arrivals = b->exited = 0;
   b->bar_phase = 0;
   b->bar_count[0] = b->bar_count[1] = 0;
+  for (int& n : b->named_arrivals) n = 0;
   b->failed = false;
 #ifdef SL_EMU_BOUNDS
   // Threads run one at a time between barriers, so a missing barrier goes unseen whenever the writer happens

@@ -24,6 +24,38 @@ inline int __syncthreads_or(int pred) { return ::sl_emu::syncthreads_impl(pred) 
 
 namespace sl_emu {
 
+// bar.sync id, count: done when `count` threads have arrived; only those wait for each other (the GPU counts
+// whole warps, and the prelude's version refuses counts that are not).
+inline void named_barrier_impl(int id, int count) {
+  BlockCtx* b = sl_emu_tls_block;
+  Fiber* f = sl_emu_tls_fiber;
+  if (count > b->nthreads)
+    fail_thread(b, f, "sl_named_barrier<" + std::to_string(id) + ", " + std::to_string(count) + ">: counts more "
+                      "threads than the block's " + std::to_string(b->nthreads) + ", so it would never complete");
+  if (++b->named_arrivals[id] == count) {
+    b->named_arrivals[id] = 0;
+    release_waiting(b, f, 0, b->nthreads, [b, id](int i) {
+      const Fiber& w = b->fibers[i];
+      return w.state == kWaitNamed && w.named == id;
+    });
+  } else {
+    f->state = kWaitNamed;
+    f->named = id;
+    wait_released(b, f);
+  }
+}
+
+}  // namespace sl_emu
+
+template <int ID, int COUNT>
+inline void sl_named_barrier() {
+  static_assert(ID >= 1 && ID < 16, "named barriers are 1..15 (barrier 0 is __syncthreads')");
+  static_assert(COUNT > 0 && COUNT % 32 == 0, "a named barrier counts whole warps");
+  ::sl_emu::named_barrier_impl(ID, COUNT);
+}
+
+namespace sl_emu {
+
 inline unsigned lanes_present(const BlockCtx* b, const Fiber* f) {
   const int size = b->warps[f->warp].size;
   return size == 32 ? 0xffffffffu : ((1u << size) - 1u);

@@ -155,6 +155,15 @@ inline unsigned sl_smem_addr(const void* p) {
 inline void sl_wgmma_fence() {}
 inline void sl_fence_proxy_async() {}
 inline void sl_wgmma_commit() { ++sl_emu_tls_fiber->wg_commits; }
+// Register budgets are the GPU's business; the emulator keeps only the compile-time checks.
+template <int N>
+inline void sl_setmaxnreg_dec() {
+  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg takes a multiple of 8 in [24, 256]");
+}
+template <int N>
+inline void sl_setmaxnreg_inc() {
+  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg takes a multiple of 8 in [24, 256]");
+}
 template <int N>
 inline void sl_wgmma_wait() {
   static_assert(N >= 0, "wgmma.wait_group takes a non-negative constant");
