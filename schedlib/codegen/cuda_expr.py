@@ -39,6 +39,17 @@ def ctype(dtype: str) -> str:
     return C_TYPES[dtype]
 
 
+def stored(value: Expr, dtype: str) -> Expr:
+    """What a plain store into a ``dtype`` buffer converts: ``value`` without its outer cast when that is a cast
+    to the same floating type.  Printed alone such a cast rounds through the narrow type and back to float (as
+    a stored value would read), and the store rounds again: the same value, but ptxas keeps every conversion
+    (two extra instructions per fp16 element stored) and, on wgmma accumulators, serializes the wgmmas
+    (C7514).  Integer casts stay: C's conversion to a narrow integer is not the same as through ``int``."""
+    if isinstance(value, Cast) and value.dtype == dtype and is_float(dtype):
+        return value.value
+    return value
+
+
 def compute_type(dtype: str) -> str:
     """The C type arithmetic of ``dtype`` is done in (half/bf16 compute in float)."""
     return "float" if is_float(dtype) else C_TYPES[dtype]

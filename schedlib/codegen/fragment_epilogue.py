@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from schedlib.codegen.cuda_expr import ctype, mangle
+from schedlib.codegen.cuda_expr import ctype, mangle, stored
 from schedlib.codegen.layout import flatten
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES
-from schedlib.ir.expr import Cast, Expr, Load, Var, as_int
+from schedlib.ir.expr import Expr, Load, Var, as_int
 from schedlib.ir.func import Buffer
 from schedlib.ir.simplify import map_children, substitute
 
@@ -79,13 +79,7 @@ class FragmentEpilogue:
             self.close()
 
     def _stored(self, value: Expr, dtype: str) -> str:
-        """``value`` converted to the output's C type.  A value that is itself a cast to that type converts
-        once: printed alone, the cast rounds through the narrow type and back to float (as a stored value would
-        be), and the store rounds again; the result is the same, but on sm_90a that chain of conversions of the
-        accumulators makes ptxas serialize the wgmmas (C7514) in the default fp16 kernels."""
-        if isinstance(value, Cast) and value.dtype == dtype:
-            value = value.value
-        return f"static_cast<{ctype(dtype)}>({self._e(value)})"
+        return f"static_cast<{ctype(dtype)}>({self._e(stored(value, dtype))})"
 
     def _pairs_fit_output(self) -> bool:
         """Whether a thread's two neighbouring output columns are neighbours in memory, 4/8-byte aligned and

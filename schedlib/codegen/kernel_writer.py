@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from schedlib.codegen.cross_thread import CrossThreadReduction
-from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, mangle
+from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, mangle, stored
 from schedlib.codegen.double_buffer import DoubleBuffer, is_double_buffered, slot_stride
 from schedlib.codegen.layout import const_bytes, flatten, size_elements
 from schedlib.codegen.vector_access import VectorAccess
@@ -304,6 +304,8 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
             self._open(f"if ({' && '.join(conds)})")
         if self.staging:
             self._staged_statement(block, self._expr(block.value))
+        elif block.reducer is None:
+            self._assign(block, self._expr(stored(block.value, self.func.buffer(block.store).dtype)))
         else:
             self._assign(block, self._expr(block.value))
         if conds:

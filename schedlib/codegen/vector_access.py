@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from schedlib.codegen.cuda_expr import ctype, mangle
+from schedlib.codegen.cuda_expr import ctype, mangle, stored
 from schedlib.codegen.layout import strides
 from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
 from schedlib.ir.dtype import BYTES
@@ -200,11 +200,11 @@ class VectorAccess:
         self._emit("#pragma unroll")
         self._open(f"for (int {v} = 0; {v} < {plan.width}; ++{v})")
         self._enter(block)
-        value = self._expr(block.value)
         if plan.store is not None:
+            value = self._expr(stored(block.value, self.func.buffer(plan.store.buffer).dtype))
             self._emit(f"{plan.store.regs}[{v}] = static_cast<{plan.store.ctype}>({value});")
         else:
-            self._assign(block, value)
+            self._assign(block, self._expr(block.value))
         self._close()
         self._close_vector_loads(plan, braces)
         self._close()
