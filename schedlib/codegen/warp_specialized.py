@@ -42,13 +42,19 @@ REGISTER_FILE = 65536  # 32-bit registers a block may hold on sm_90
 TILE_BARRIER = 1  # the named barrier of the accumulator warps (0 is __syncthreads')
 
 
+def register_cap(threads: int) -> int:
+    """The registers per thread ptxas gives a kernel of ``threads`` threads that uses setmaxnreg, compiled with
+    ``__launch_bounds__(threads, 1)``: the register file shared out in eights, at most 255.  (Without the
+    minimum of one block ptxas cannot tell the count at entry and drops setmaxnreg, warning C7508.)"""
+    return min(255, REGISTER_FILE // threads // 8 * 8)
+
+
 def register_split(consumers: int) -> tuple[int, int] | None:
     """(the block's per-thread cap, the accumulator threads' count after setmaxnreg.inc), or None when the cap
-    is already the most a thread can have.  The cap is what ptxas allocates to every thread of a block this
-    size (registers come in eights); the producer's returned registers are shared among the accumulator
-    threads."""
+    is already the most a thread can have.  The producer's returned registers are shared among the
+    accumulator threads, in eights.  (The emulator models the same pool: sl_emu_wgmma.h.)"""
     threads = consumers + PRODUCER_THREADS
-    cap = min(255, REGISTER_FILE // threads // 8 * 8)
+    cap = register_cap(threads)
     grown = min(248, (cap * threads - PRODUCER_REGISTERS * PRODUCER_THREADS) // consumers // 8 * 8)
     return (cap, grown) if grown > cap else None
 

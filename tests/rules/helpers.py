@@ -21,6 +21,7 @@ from kernel_batch import compile_together
 import schedlib as sl
 import schedlib.hw
 from schedlib import workloads as wl
+from schedlib.codegen.warp_specialized import register_cap
 from schedlib.ir.dtype import numpy_dtype, round_to_dtype
 from schedlib.ir.func import Func
 from schedlib.ir.reference import evaluate_int
@@ -88,8 +89,12 @@ def check_resources_together(kernels: Sequence[sl.Kernel], *, spills_allowed: bo
             names = {spec.name for spec in kernel.launch}
             assert names <= set(resources), f"{arch}: ptxas reported {sorted(resources)}, launched {names}"
             for spec in kernel.launch:
-                _check_limits(spec, resources[spec.name], profile, f"{arch} kernel {spec.name} (block {spec.block})",
-                              spills_allowed)
+                where = f"{arch} kernel {spec.name} (block {spec.block})"
+                _check_limits(spec, resources[spec.name], profile, where, spills_allowed)
+                if "sl_setmaxnreg_inc<" in kernel.source:  # the split must fit in what the block was given
+                    cap = register_cap(thread_count(spec.block))
+                    assert resources[spec.name].registers == cap, \
+                        f"{where}: ptxas gave {resources[spec.name].registers} registers, not the cap {cap}"
 
 
 def _check_limits(spec: Any, res: KernelResources, profile: Any, where: str, spills_allowed: bool) -> None:

@@ -46,6 +46,16 @@ extern "C" __global__ void __launch_bounds__(128) count_over_block(SL_GLOBAL(flo
   sl_named_barrier<3, 256>();
   y[threadIdx.x] = 1.0f;
 }
+extern "C" __global__ void __launch_bounds__(128) half_warps(SL_GLOBAL(float) y) {
+  if ((threadIdx.x & 31) < 16) sl_named_barrier<1, 32>();  // 16 lanes of two warps: 32 threads, no whole warp
+  __syncthreads();  // the other lanes have not exited
+  y[threadIdx.x] = 1.0f;
+}
+extern "C" __global__ void __launch_bounds__(128) two_counts(SL_GLOBAL(float) y) {
+  if (threadIdx.x < 32) sl_named_barrier<1, 64>();
+  else if (threadIdx.x < 64) sl_named_barrier<1, 96>();
+  y[threadIdx.x] = 1.0f;
+}
 """
 SYNCED = {"SYNC_A": "sl_named_barrier<1, 64>();", "SYNC_B": "sl_named_barrier<2, 64>();"}
 
@@ -92,7 +102,8 @@ def test_a_count_the_threads_never_reach_is_a_reported_deadlock() -> None:
                 {"y": poisoned(THREADS)})
     msg = str(err.value)
     assert "kernel 'count_too_high' block (0,0,0)" in msg and "deadlock" in msg, msg
-    assert "64 thread(s) wait at named barrier 1" in msg and "64 thread(s) already exited" in msg, msg
+    assert "64 thread(s) wait at a named barrier" in msg and "barrier 1)" in msg, msg
+    assert "64 thread(s) already exited" in msg, msg
 
 
 def test_a_count_over_the_block_size_is_refused() -> None:
@@ -107,3 +118,16 @@ def test_the_barrier_id_and_count_are_checked_when_compiled(call: str, why: str)
     source = full('extern "C" __global__ void bad(SL_GLOBAL(float) y) { ' + call + "; y[threadIdx.x] = 1.0f; }")
     with pytest.raises(EmulatorError, match=rf"(?s)g\+\+ failed.*{why}"):
         emulate(source, [KernelLaunch("bad", (1, 1, 1), (64, 1, 1), ("y",))], {"y": poisoned(64)})
+
+
+@pytest.mark.parametrize(("kernel", "block", "message"), [
+    ("half_warps", THREADS, r"sl_named_barrier<1, 32>: completed by lanes of warp \d without thread \(\d+,0,0\) "
+                            r"\(a named barrier counts whole warps"),
+    ("two_counts", THREADS, r"sl_named_barrier<1, (64|96)>: other threads wait at barrier 1 with count (64|96)"),
+    ("count_over_block", 48, r"sl_named_barrier<3, 256>: the emulator models named barriers in blocks of whole "
+                             r"warps, not 48 threads"),
+])
+def test_what_the_gpu_leaves_undefined_is_refused(kernel: str, block: int, message: str) -> None:
+    with pytest.raises(EmulatorError, match=message):
+        emulate(_source(True), [KernelLaunch(kernel, (1, 1, 1), (block, 1, 1), ("y",))], {"y": poisoned(block)},
+                bounds_check=True)

@@ -6,6 +6,7 @@
 // through the C ABI in sl_emu_launch.h. The pieces, each in its own header:
 //   sl_emu_half.h    __half / __nv_bfloat16, bit-exact conversions and arithmetic
 //   sl_emu_types.h   vector types, dim3, math and bit-cast intrinsics
+//   sl_emu_block.h   the state of a running block: threads, warps, barriers, register pool
 //   sl_emu_fiber.h   CUDA threads as fibers, block barrier, deadlock detection
 //   sl_emu_memory.h  SL_GLOBAL/SL_SHARED/SL_VLOAD..., checked pointers, atomics
 //   sl_emu_warp.h    named barriers, shuffles, votes, __syncwarp, ldmatrix, mma, cp.async

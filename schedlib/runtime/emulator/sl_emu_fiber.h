@@ -17,102 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "sl_emu_context.h"
-#include "sl_emu_types.h"
-
-namespace sl_emu {
-
-enum FiberState : int { kReady = 0, kWaitBlock = 1, kWaitWarp = 2, kExited = 3, kWaitMbarrier = 4, kWaitNamed = 5 };
-constexpr int kXSlot = 32;            // bytes per lane in a warp exchange
-constexpr uint64_t kCanary = 0x5eed5eed5eed5eedull;
-
-// One issued, not yet completed 16-byte cp.async (sl_emu_warp.h): neither end is touched until
-// the sl_cp_async_wait that completes its group.
-struct CpAsync {
-  unsigned char* dst;
-  const unsigned char* src;
-  unsigned long long group;  // the thread's cp.async-group: number of commits before the issue
-};
-
-// One issued, not yet completed wgmma.mma_async (sl_emu_wgmma.h): neither the accumulators nor the
-// shared-memory operands are touched until the sl_wgmma_wait that completes its group.
-struct WgmmaOp {
-  float* d;
-  uint64_t desc_a, desc_b;
-  int n;               // the instruction's N (d holds n / 2 floats of this thread)
-  bool trans_a, trans_b, bf16;
-  unsigned long long group;  // the thread's wgmma-group: number of commits before the issue
-};
-
-struct Fiber {
-  Ctx ctx;
-  uint3 tid;
-  int linear = 0, warp = 0, lane = 0;
-  int state = kReady;
-  uint64_t* canary = nullptr;  // lowest word of this fiber's stack
-  // cp.async state of this CUDA thread: copies in issue order (so group order), and the number of
-  // commits so far (= the open group). The vector is cleared, not freed, for each block, so its
-  // capacity is reused; sl_cp_async_16 bounds its length.
-  std::vector<CpAsync> cp_pending;
-  unsigned long long cp_commits = 0;
-  // wgmma state, kept the same way: operations in issue order and the commits so far.
-  std::vector<WgmmaOp> wg_pending;
-  unsigned long long wg_commits = 0;
-  const void* mbarrier = nullptr;  // the mbarrier this thread waits on (state kWaitMbarrier)
-  int named = 0;                   // the named barrier this thread waits at (state kWaitNamed)
-};
-
-struct Warp {
-  int size = 0;          // lanes that exist (the last warp of a block may be partial)
-  int arrivals = 0;
-  unsigned phase = 0;    // completed warp barriers; selects the exchange buffer
-  alignas(16) unsigned char xbuf[2][32][kXSlot];
-};
-
-struct Range {
-  const unsigned char* lo;
-  size_t bytes;
-  const char* name;
-};
-
-struct BlockCtx {
-  const char* kernel = "";
-  void (*invoke)(const void*) = nullptr;
-  const void* payload = nullptr;
-  uint3 blockIdx{0, 0, 0};
-  dim3 blockDim, gridDim;
-  int nthreads = 0, nwarps = 0;
-  Fiber* fibers = nullptr;
-  Warp* warps = nullptr;
-  int* queue = nullptr;
-  unsigned qmask = 0, qhead = 0, qtail = 0;
-  int bar_arrivals = 0, exited = 0;
-  unsigned bar_phase = 0;          // completed block barriers; selects bar_count
-  int bar_count[2] = {0, 0};       // predicate sums of __syncthreads_count/_and/_or
-  int named_arrivals[16] = {};     // threads waiting at each named barrier (sl_named_barrier)
-  Ctx main;
-  unsigned char* dyn_smem = nullptr;
-  size_t dyn_bytes = 0;
-  const Range* globals = nullptr;  // kernel pointer arguments (bounds mode: range checks)
-  int nglobals = 0;
-  Range shared[64];                // this block's shared buffers, registered as declared
-  int nshared = 0;
-  bool failed = false;
-  bool ordered = false;            // checked runs: every release keeps the block's thread order
-  bool reversed = false;           // that order is last-first (see run_block)
-  std::string error;
-};
-
-}  // namespace sl_emu
-
-// The running block and fiber of this OS thread. External linkage on purpose: every call to the
-// out-of-line context switch must be assumed to change them, so the compiler reloads after it.
-#define SL_EMU_TLS __attribute__((visibility("hidden"), tls_model("local-dynamic"))) thread_local
-extern "C" {
-SL_EMU_TLS sl_emu::BlockCtx* sl_emu_tls_block = nullptr;
-SL_EMU_TLS sl_emu::Fiber* sl_emu_tls_fiber = nullptr;
-}
-#undef SL_EMU_TLS
+#include "sl_emu_block.h"
 
 namespace sl_emu {
 
@@ -192,37 +97,40 @@ inline void check_stack(BlockCtx* b, Fiber* f) {
 }
 
 [[noreturn]] __attribute__((noinline, cold)) inline void deadlock(BlockCtx* b, Fiber* self) {
-  int n_block = 0, n_warp = 0, n_exit = 0, n_mbar = 0, n_named = 0;
-  const Fiber *first_block = nullptr, *first_warp = nullptr, *first_exit = nullptr, *first_mbar = nullptr,
-              *first_named = nullptr;
-  for (int i = 0; i < b->nthreads; ++i) {
-    const Fiber& f = b->fibers[i];
-    if (f.state == kWaitBlock) { if (!n_block++) first_block = &f; }
-    else if (f.state == kWaitWarp) { if (!n_warp++) first_warp = &f; }
-    else if (f.state == kExited) { if (!n_exit++) first_exit = &f; }
-    else if (f.state == kWaitMbarrier) { if (!n_mbar++) first_mbar = &f; }
-    else if (f.state == kWaitNamed) { if (!n_named++) first_named = &f; }
-  }
+  static const struct { int state; const char* what; } kWaits[] = {  // in the order the message lists them
+      {kWaitBlock, "wait at __syncthreads()"},
+      {kWaitWarp, "wait at a warp-synchronous operation (__shfl*_sync/__syncwarp/__ballot_sync/ldmatrix/mma"},
+      {kExited, "already exited"},
+      {kWaitMbarrier, "wait on an mbarrier phase that no arrival or copy completes"},
+      {kWaitNamed, "wait at a named barrier (sl_named_barrier) for warps that never arrive"},
+      {kWaitRegisters, "wait in setmaxnreg for the rest of their warpgroup, or for registers that no "
+                       "setmaxnreg.dec gives back"},
+  };
   std::string msg = "kernel '" + std::string(b->kernel) + "' block " + block_str(*b) +
                     ": barrier deadlock (it would hang on the GPU):";
-  if (n_block)
-    msg += " " + std::to_string(n_block) + " thread(s) wait at __syncthreads() (first " +
-           thread_str(*first_block) + ");";
-  if (n_warp)
-    msg += " " + std::to_string(n_warp) + " thread(s) wait at a warp-synchronous operation "
-           "(__shfl*_sync/__syncwarp/__ballot_sync/ldmatrix/mma; first " + thread_str(*first_warp) +
-           ", warp " + std::to_string(first_warp->warp) + ");";
-  if (n_exit)
-    msg += " " + std::to_string(n_exit) + " thread(s) already exited (first " + thread_str(*first_exit) + ");";
-  if (n_mbar)
-    msg += " " + std::to_string(n_mbar) + " thread(s) wait on an mbarrier phase that no arrival or copy "
-           "completes (first " + thread_str(*first_mbar) + ");";
-  if (n_named)
-    msg += " " + std::to_string(n_named) + " thread(s) wait at named barrier " + std::to_string(first_named->named) +
-           " (sl_named_barrier) for threads that never arrive (first " + thread_str(*first_named) + ");";
+  for (const auto& wait : kWaits) {
+    int n = 0;
+    const Fiber* first = nullptr;
+    for (int i = 0; i < b->nthreads; ++i)
+      if (b->fibers[i].state == wait.state && !n++) first = &b->fibers[i];
+    if (!n) continue;
+    msg += " " + std::to_string(n) + " thread(s) " + wait.what + (wait.state == kWaitWarp ? "; " : " (") +
+           "first " + thread_str(*first);
+    if (wait.state == kWaitWarp) msg += ", warp " + std::to_string(first->warp);
+    if (wait.state == kWaitNamed) msg += ", barrier " + std::to_string(first->named);
+    msg += ");";
+  }
   msg += " every thread of the block must reach each __syncthreads(), every lane of a warp each "
-         "warp-synchronous operation, and as many threads as a named barrier counts each of its uses";
+         "warp-synchronous operation, and as many warps as a named barrier counts each of its uses";
   fail_block(b, self, msg);
+}
+
+// The registers per thread ptxas gives a kernel of `threads` threads that uses setmaxnreg (it must be
+// compiled with __launch_bounds__(threads, 1), which codegen.warp_specialized.register_split assumes too):
+// the register file shared out, in eights, at most 255.
+inline int register_cap(int threads) {
+  const int cap = 65536 / threads / 8 * 8;
+  return cap < 255 ? cap : 255;
 }
 
 // The k-th of n threads in the block's order (last-first in a reversed block).
@@ -353,6 +261,8 @@ inline void run_block(BlockCtx* b, unsigned char* stacks, size_t stride, size_t 
   b->bar_phase = 0;
   b->bar_count[0] = b->bar_count[1] = 0;
   for (int& n : b->named_arrivals) n = 0;
+  b->regs = RegisterFile{};
+  for (int& r : b->regs.per_thread) r = register_cap(b->nthreads);
   b->failed = false;
 #ifdef SL_EMU_BOUNDS
   // Threads run one at a time between barriers, so a missing barrier goes unseen whenever the writer happens

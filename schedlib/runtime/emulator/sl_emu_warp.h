@@ -24,25 +24,45 @@ inline int __syncthreads_or(int pred) { return ::sl_emu::syncthreads_impl(pred) 
 
 namespace sl_emu {
 
-// bar.sync id, count: done when `count` threads have arrived; only those wait for each other (the GPU counts
-// whole warps, and the prelude's version refuses counts that are not).
+// bar.sync id, count: done when `count` threads have arrived, in whole warps (the GPU counts a warp when all
+// its lanes that have not exited arrive); only those wait for each other.  Lanes of a warp that arrive
+// without the rest, and two counts for one barrier at once, are undefined on the GPU and refused here.
 inline void named_barrier_impl(int id, int count) {
   BlockCtx* b = sl_emu_tls_block;
   Fiber* f = sl_emu_tls_fiber;
+  const std::string op = "sl_named_barrier<" + std::to_string(id) + ", " + std::to_string(count) + ">";
+  if (b->nthreads % 32)
+    fail_thread(b, f, op + ": the emulator models named barriers in blocks of whole warps, not " +
+                      std::to_string(b->nthreads) + " threads");
   if (count > b->nthreads)
-    fail_thread(b, f, "sl_named_barrier<" + std::to_string(id) + ", " + std::to_string(count) + ">: counts more "
-                      "threads than the block's " + std::to_string(b->nthreads) + ", so it would never complete");
-  if (++b->named_arrivals[id] == count) {
-    b->named_arrivals[id] = 0;
-    release_waiting(b, f, 0, b->nthreads, [b, id](int i) {
-      const Fiber& w = b->fibers[i];
-      return w.state == kWaitNamed && w.named == id;
-    });
-  } else {
-    f->state = kWaitNamed;
-    f->named = id;
-    wait_released(b, f);
+    fail_thread(b, f, op + ": counts more threads than the block's " + std::to_string(b->nthreads) +
+                      ", so it would never complete");
+  if (b->named_arrivals[id] == 0) {
+    b->named_count[id] = count;
+  } else if (b->named_count[id] != count) {
+    fail_thread(b, f, op + ": other threads wait at barrier " + std::to_string(id) + " with count " +
+                      std::to_string(b->named_count[id]) + "; every use of a barrier must give the same count");
   }
+  f->named = id;
+  if (++b->named_arrivals[id] < count) {
+    f->state = kWaitNamed;
+    wait_released(b, f);
+    return;
+  }
+  b->named_arrivals[id] = 0;
+  auto waiting = [b, id](int i) {
+    const Fiber& w = b->fibers[i];
+    return w.state == kWaitNamed && w.named == id;
+  };
+  for (int i = 0; i < b->nthreads; ++i) {
+    if (i != f->linear && !waiting(i)) continue;
+    for (int lane = 32 * (i / 32); lane < 32 * (i / 32) + 32; ++lane)
+      if (lane != f->linear && !waiting(lane) && b->fibers[lane].state != kExited)
+        fail_thread(b, f, op + ": completed by lanes of warp " + std::to_string(i / 32) + " without thread " +
+                          thread_str(b->fibers[lane]) + " (a named barrier counts whole warps: every lane that "
+                          "has not exited must arrive)");
+  }
+  release_waiting(b, f, 0, b->nthreads, waiting);
 }
 
 }  // namespace sl_emu

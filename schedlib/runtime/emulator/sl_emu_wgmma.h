@@ -27,6 +27,7 @@
 // is why a swizzled tile must start on a (8 * W)-byte boundary (a nonzero base offset is refused).
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -144,6 +145,69 @@ inline void wgmma_complete_before(Fiber* f, unsigned long long group) {
                     "accumulators are read");
 }
 
+// setmaxnreg.{inc,dec}.sync.aligned: every thread of the warpgroup executes the same one; dec returns
+// (current - n) registers per thread to the CTA's pool, inc waits until the pool holds (n - current) per
+// thread.  The registers themselves are not modelled, only the pool, so that a split that does not add up
+// hangs here as on the GPU (where ptxas checks nothing of it).
+inline void grant_registers(BlockCtx* b) {
+  RegisterFile& r = b->regs;
+  for (int g = 0; g < b->nthreads / 128; ++g) {
+    const long long need = 128ll * (r.pending[g] - r.per_thread[g]);
+    if (!r.pending[g] || r.pool < need) continue;
+    r.pool -= need;
+    r.per_thread[g] = r.pending[g];
+    r.pending[g] = 0;
+    for (int k = 0; k < 128; ++k) {
+      const int i = 128 * g + nth_in_order(b, 128, k);
+      if (b->fibers[i].state == kWaitRegisters) push_ready(b, i);
+    }
+  }
+}
+
+inline void setmaxnreg(bool inc, int n) {
+  BlockCtx* b = sl_emu_tls_block;
+  Fiber* f = sl_emu_tls_fiber;
+  RegisterFile& r = b->regs;
+  const std::string op = std::string(inc ? "setmaxnreg.inc " : "setmaxnreg.dec ") + std::to_string(n);
+  if (b->nthreads % 128)
+    fail_thread(b, f, op + ": needs a block of whole warpgroups (128 threads), not " + std::to_string(b->nthreads));
+  const int g = f->linear / 128;
+  const int request = inc ? n : -n;
+  if (r.arrivals[g] == 0) {
+    r.request[g] = request;
+  } else if (r.request[g] != request) {
+    fail_thread(b, f, op + ": other threads of warpgroup " + std::to_string(g) + " wait in setmaxnreg." +
+                      (r.request[g] > 0 ? "inc " : "dec ") + std::to_string(std::abs(r.request[g])) +
+                      " (every thread of a warpgroup must execute the same setmaxnreg)");
+  }
+  if (++r.arrivals[g] < 128) {
+    f->state = kWaitRegisters;
+    wait_released(b, f);
+    return;
+  }
+  r.arrivals[g] = 0;
+  const int current = r.per_thread[g];
+  if (inc ? n < current : n > current)
+    fail_thread(b, f, op + ": warpgroup " + std::to_string(g) + " has " + std::to_string(current) +
+                      " registers per thread; inc may not lower them nor dec raise them");
+  if (inc) {
+    r.pending[g] = n;
+  } else {
+    r.pool += 128ll * (current - n);
+    r.per_thread[g] = n;
+  }
+  grant_registers(b);  // this warpgroup's inc, or incs the registers just returned complete
+  if (r.pending[g]) {  // nothing returns the registers yet: the warpgroup waits
+    f->state = kWaitRegisters;
+    wait_released(b, f);
+    return;
+  }
+  for (int k = 0; k < 128; ++k) {
+    const int i = 128 * g + nth_in_order(b, 128, k);
+    if (i != f->linear && b->fibers[i].state == kWaitRegisters) push_ready(b, i);
+  }
+}
+
 }  // namespace sl_emu
 
 inline unsigned sl_smem_addr(const void* p) {
@@ -155,14 +219,15 @@ inline unsigned sl_smem_addr(const void* p) {
 inline void sl_wgmma_fence() {}
 inline void sl_fence_proxy_async() {}
 inline void sl_wgmma_commit() { ++sl_emu_tls_fiber->wg_commits; }
-// Register budgets are the GPU's business; the emulator keeps only the compile-time checks.
 template <int N>
 inline void sl_setmaxnreg_dec() {
   static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  ::sl_emu::setmaxnreg(false, N);
 }
 template <int N>
 inline void sl_setmaxnreg_inc() {
   static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  ::sl_emu::setmaxnreg(true, N);
 }
 template <int N>
 inline void sl_wgmma_wait() {
