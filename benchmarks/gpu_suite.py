@@ -15,12 +15,15 @@
    double-buffered default) and ``rule[stage_row=True]`` (softmax/RMSNorm rows staged in shared memory).
    Before them, a tensor-core self-check (``sl.report.tensor_core_selfcheck``): each tensor-core template
    the card has (wgmma with TMA, with cp.async, with a producer warp; mma.sync), every operand layout, fp16
-   and bf16, against
-   numpy, so that a template whose hardware semantics differ from the emulator's shows up by layout, not as one
-   failed workload.
+   and bf16, against numpy, so that a template whose hardware semantics differ from the emulator's shows up
+   by layout, not as one failed workload.  Each template is checked in its own process, and one that fails
+   or hangs is turned off for the workloads (``HardwareProfile.without_templates``): no default, carver
+   pick or search trial uses it, so it cannot take their time too.
 3. Each workload runs in its own process under a time limit (``--workload-timeout``, and the whole call's
    ``--budget``), so a kernel that faults or hangs costs that workload's rows only: the others, and the
-   ceilings, are kept.  A method that fails inside a workload gets a row saying why.
+   ceilings, are kept.  A workload writes its rows as it goes (the rule default, template and variant rows
+   and the vendor's first, then the carver's, then the search's), so one that runs out of time keeps the
+   rows it has.  A method that fails inside a workload gets a row saying why.
 4. CSV and Markdown go to ``$OUT`` (or ``--out``); the full table is printed, then a short one last: per
    workload, the fastest schedlib row against the vendor library.
 
@@ -46,7 +49,9 @@ import schedlib as sl
 from schedlib.report import compare, markdown_table
 from schedlib.suites import WorkloadSpec
 
-SELFCHECK = "selfcheck"  # the child label of the tensor-core self-check
+SELFCHECK = "selfcheck"  # the child label of the tensor-core self-check, one child per template
+TEMPLATES = {"wgmma_tma": "wgmma_tma", "wgmma": "wgmma", "wgmma_ws": "wgmma_ws", "mma_sync": True}  # name: knob
+METHOD_ORDER = ("rule", "carver", "carver_best_of_k", "search")  # then the rule[...] rows, the vendor last
 SUITE = [
     WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float32"}, "matmul_fp32_4096"),
     WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"}, "matmul_fp16_4096"),
@@ -92,25 +97,64 @@ def variants(spec: WorkloadSpec) -> list[dict[str, object]]:
 
 
 def run_one(spec: WorkloadSpec, args: argparse.Namespace, ceil: dict[str, float] | None) -> None:
-    """One workload in this process (the child side): its rows to ``<out>/parts/<label>.csv``."""
-    target = "h100" if args.dry_run else sl.hw.detect()
+    """One workload in this process (the child side): its rows to ``<out>/parts/<label>.csv``, written after
+    each step so that a step that hangs leaves the earlier rows."""
+    off = [n for n in args.disable.split(",") if n]
+    target = sl.hw.load("h100") if args.dry_run else sl.hw.detect()
+    target = target.without_templates(off)
     backend = "estimate" if args.dry_run else "gpu"
-    templates = ("wgmma", "wgmma_ws", True) if spec.params.get("dtype") in ("float16", "bfloat16") else ()
-    df = compare([spec], target, topk=args.topk, trials=args.trials, backend=backend, ceilings=ceil,
-                 templates=templates, variants=variants(spec))
-    df.to_csv(Path(args.out) / "parts" / f"{spec.label}.csv", index=False)
+    fp16 = spec.params.get("dtype") in ("float16", "bfloat16")
+    templates = [TEMPLATES[n] for n in ("wgmma", "wgmma_ws", "mma_sync") if fp16 and n not in off]
+    steps = [{"methods": ("rule", "vendor"), "templates": templates, "variants": variants(spec)},
+             {"methods": ("carver",)}, {"methods": ("search",)}]
+    frames = []
+    for step in steps:
+        frames.append(compare([spec], target, topk=args.topk, trials=args.trials, backend=backend, ceilings=ceil,
+                              **step))
+        write_rows(pd.concat(frames, ignore_index=True), Path(args.out) / "parts" / f"{spec.label}.csv")
 
 
-def run_selfcheck(args: argparse.Namespace) -> None:
-    """The tensor-core self-check in this process (the child side), to ``<out>/parts/selfcheck.csv``; a dry
-    run checks one case per template on the CPU emulator."""
+def write_rows(df: pd.DataFrame, path: Path) -> None:
+    """A workload's rows in the table's order, each compared with the vendor row (measured in the first step)."""
+    vendor = df.loc[df["method"] == "vendor", "time_us"]
+    vendor_us = float(vendor.iloc[0]) if len(vendor) else float("nan")
+    df = df.assign(speedup_vs_vendor=vendor_us / df["time_us"])
+    rank = df["method"].map(lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else
+                            len(METHOD_ORDER) + (m == "vendor"))
+    df.iloc[rank.argsort(kind="stable")].to_csv(path.with_suffix(".tmp"), index=False)
+    path.with_suffix(".tmp").replace(path)  # whole: the parent may read it after a kill
+
+
+def run_selfcheck(args: argparse.Namespace, name: str) -> None:
+    """The tensor-core self-check of one template in this process (the child side), to
+    ``<out>/parts/selfcheck-<name>.csv``; a dry run checks one case on the CPU emulator."""
     from schedlib.report import tensor_core_selfcheck
 
     if args.dry_run:
-        df = tensor_core_selfcheck("h100", backend="emulator", cases=("nn_f16",))
+        df = tensor_core_selfcheck("h100", backend="emulator", templates=(TEMPLATES[name],), cases=("nn_f16",))
     else:
-        df = tensor_core_selfcheck(sl.hw.detect(), backend="gpu")
-    df.to_csv(Path(args.out) / "parts" / f"{SELFCHECK}.csv", index=False)
+        df = tensor_core_selfcheck(sl.hw.detect(), backend="gpu", templates=(TEMPLATES[name],))
+    df.to_csv(Path(args.out) / "parts" / f"{SELFCHECK}-{name}.csv", index=False)
+
+
+def selfcheck_all(args: argparse.Namespace, ceil: dict[str, float] | None, limit: float
+                  ) -> tuple[pd.DataFrame | None, list[str], list[tuple[str, str]]]:
+    """Each template checked in its own child: (the rows, the templates to turn off, problems).  A template
+    fails when a case it has on this card gives a wrong result or no result, or its child fails or hangs."""
+    frames, off, problems = [], [], []
+    for name in TEMPLATES:
+        t0 = time.time()
+        df, what = run_isolated(f"{SELFCHECK}-{name}", args, ceil, limit)
+        if df is not None and len(df):
+            frames.append(df)
+            here = df[~df["error"].fillna("").str.startswith("not available")]
+            if len(here) and not here["ok"].all():
+                what = f"{int((~here['ok']).sum())} of {len(here)} cases failed"
+        if what != "ok":
+            off.append(name)
+            problems.append((f"tensor-core self-check of {name}", f"{what}; turned off for the workloads"))
+        print(f"tensor-core self-check of {name}: {what} in {time.time() - t0:.0f} s", flush=True)
+    return (pd.concat(frames, ignore_index=True) if frames else None), off, problems
 
 
 def run_isolated(label: str, args: argparse.Namespace, ceil: dict[str, float] | None, limit: float
@@ -119,12 +163,15 @@ def run_isolated(label: str, args: argparse.Namespace, ceil: dict[str, float] | 
     part = Path(args.out) / "parts" / f"{label}.csv"
     part.unlink(missing_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", label, "--out", args.out,
-           "--trials", str(args.trials), "--topk", str(args.topk), "--ceilings", json.dumps(ceil or {})]
+           "--trials", str(args.trials), "--topk", str(args.topk), "--ceilings", json.dumps(ceil or {}),
+           "--disable", args.disable]
     if args.dry_run:
         cmd.append("--dry-run")
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, check=False)
     except subprocess.TimeoutExpired:
+        if part.is_file():  # the rows written before the step that ran out of time
+            return pd.read_csv(part), f"timed out after {limit:g} s; the rows before it are kept"
         return None, f"timed out after {limit:g} s"
     if proc.returncode != 0 or not part.is_file():
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
@@ -162,11 +209,12 @@ def main() -> int:
     ap.add_argument("--workload-timeout", type=float, default=150.0, help="seconds per workload (default 150)")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # run one workload in this process
     ap.add_argument("--ceilings", default="{}", help=argparse.SUPPRESS)
+    ap.add_argument("--disable", default="", help=argparse.SUPPRESS)  # templates the self-check turned off
     args = ap.parse_args()
     out = Path(args.out)
     (out / "parts").mkdir(parents=True, exist_ok=True)
-    if args.child == SELFCHECK:
-        run_selfcheck(args)
+    if args.child and args.child.startswith(f"{SELFCHECK}-"):
+        run_selfcheck(args, args.child.removeprefix(f"{SELFCHECK}-"))
         return 0
     if args.child:
         spec = next(s for s in SUITE if s.label == args.child)
@@ -185,12 +233,9 @@ def main() -> int:
         print(f"device {device}: copy {ceil['bandwidth'] / 1e9:.0f} GB/s, cuBLAS fp16 "
               f"{ceil['fp16_flops'] / 1e12:.0f} TFLOP/s, fp32 {ceil['fp32_flops'] / 1e12:.1f} TFLOP/s", flush=True)
     suite = [s for s in SUITE if not args.only or s.label in args.only]
-    frames, problems = [], []
-    t0 = time.time()
-    check, what = run_isolated(SELFCHECK, args, ceil, min(args.workload_timeout, args.budget / 4))
-    print(f"tensor-core self-check: {what} in {time.time() - t0:.0f} s", flush=True)
-    if check is None:
-        problems.append(("tensor-core self-check", what))
+    frames: list[pd.DataFrame] = []
+    check, off, problems = selfcheck_all(args, ceil, min(args.workload_timeout, args.budget / 12))
+    args.disable = ",".join(off)
     for spec in suite:
         t0 = time.time()
         left = args.budget - (t0 - start)
@@ -199,10 +244,10 @@ def main() -> int:
             print(f"{spec.label}: {problems[-1][1]}", flush=True)
             continue
         df, what = run_isolated(spec.label, args, ceil, min(args.workload_timeout, left - 10))
-        if df is None:
-            problems.append((spec.label, what))
-        else:
+        if df is not None:
             frames.append(df)
+        if what != "ok":
+            problems.append((spec.label, what))
         print(f"{spec.label}: {what} in {time.time() - t0:.0f} s", flush=True)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     stamp = datetime.date.today().isoformat()

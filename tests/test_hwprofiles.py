@@ -202,6 +202,9 @@ BROKEN = [
     ("aliases not a list", _set("aliases", "H100"), ["'aliases' = 'H100'", "list of non-empty strings"]),
     ("bad mma shape", _set("tensor_core_shapes", ["16x8x16"]), ["'tensor_core_shapes' = '16x8x16'"]),
     ("wgmma off Hopper", lambda raw: raw.update(compute_capability="8.0"), ["'wgmma'", "sm_90"]),
+    ("unknown template", _set("disabled_templates", ["wgmma_ws", "tma"]),
+     ["'disabled_templates' = 'tma'", "not a template", "'mma_sync', 'wgmma', 'wgmma_tma', 'wgmma_ws'"]),
+    ("templates not a list", _set("disabled_templates", "wgmma_ws"), ["list of non-empty strings"]),
 ]  # fmt: skip
 
 
@@ -304,3 +307,23 @@ def test_wheel_ships_profiles_inside_the_package(tmp_path):
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "_hwprofiles" in run.stdout
+
+
+# ---------------------------------------------------------------- templates a profile turns off
+
+
+def test_a_profile_may_turn_templates_off(tmp_path):
+    """A template that misbehaves with a card's driver can be left out: from a file, or from a loaded profile
+    (the GPU suite does this with the templates that fail its self-check).  Built-in profiles turn none off
+    and do not show the field."""
+    h100 = hw.load("h100")
+    assert h100.disabled_templates == () and "disabled_templates" not in h100.to_dict()
+    raw = shipped_raw("h100")
+    raw["disabled_templates"] = ["wgmma_ws"]
+    loaded = hw.load(write_profile(tmp_path, raw))
+    assert loaded.disabled_templates == ("wgmma_ws",) and loaded != h100
+    assert loaded.to_dict()["disabled_templates"] == ["wgmma_ws"]
+    both = loaded.without_templates(["mma_sync"])
+    assert both.disabled_templates == ("mma_sync", "wgmma_ws") and loaded.disabled_templates == ("wgmma_ws",)
+    with pytest.raises(ProfileError, match=r"h100: unknown template\(s\) \['simt'\]"):
+        h100.without_templates(["simt"])

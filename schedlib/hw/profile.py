@@ -13,8 +13,8 @@ import builtins
 import difflib
 import re
 import reprlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from schedlib.errors import ProfileError
@@ -56,9 +56,13 @@ _PEAK_KEYS = (
 _TRANSACTION_KEYS = ("global_sector", "global_line", "shared_bank")
 _ALL_FIELDS = (
     "key", "name", "aliases", "source", "compute_capability",
-    *_INT_LIMITS, "bandwidth_gbs", "peak_tflops", "transaction_bytes", "tensor_core_shapes",
+    *_INT_LIMITS, "bandwidth_gbs", "peak_tflops", "transaction_bytes", "tensor_core_shapes", "disabled_templates",
 )  # fmt: skip
-_OPTIONAL_FIELDS = frozenset({"aliases"})  # other names the profile answers to; none by default
+# aliases: other names the profile answers to; disabled_templates: none by default
+_OPTIONAL_FIELDS = frozenset({"aliases", "disabled_templates"})
+# The matmul rule's tensor-core templates by name (its tensor_core knob: True is mma.sync), which a profile
+# may turn off: a template that fails the tensor-core self-check with this card's driver, say.
+TEMPLATE_NAMES = ("mma_sync", "wgmma", "wgmma_tma", "wgmma_ws")
 # (dtype, tensor_core) -> peak_tflops key.  float32 on tensor cores means TF32 inputs.
 _DTYPE_UNITS: dict[tuple[str, bool], str] = {
     ("float32", False): "fp32_simt", ("float32", True): "tf32_tensor",
@@ -143,6 +147,7 @@ class HardwareProfile:
     transaction_bytes: TransactionBytes
     shared_banks: int
     tensor_core_shapes: tuple[str, ...]
+    disabled_templates: tuple[str, ...] = ()  # of TEMPLATE_NAMES: schedlib builds none of these here
     origin: str = field(default="", compare=False)
     derived: tuple[str, ...] = field(default=(), compare=False)
 
@@ -212,11 +217,20 @@ class HardwareProfile:
             )
         return value * 1e12
 
+    def without_templates(self, names: Iterable[str]) -> HardwareProfile:
+        """This profile with the matmul templates ``names`` (of :data:`TEMPLATE_NAMES`) turned off as well."""
+        names = tuple(names)
+        bad = [n for n in names if n not in TEMPLATE_NAMES]
+        if bad:
+            raise ProfileError(f"{self.key}: unknown template(s) {bad}; the templates are {list(TEMPLATE_NAMES)}")
+        merged = tuple(n for n in TEMPLATE_NAMES if n in names or n in self.disabled_templates)
+        return replace(self, disabled_templates=merged)
+
     def to_dict(self) -> dict[str, Any]:
         """The profile in file schema (plain dicts/lists), for printing, JSON, or writing a new file."""
         out: dict[str, Any] = {}
         for f in fields(self):
-            if f.name in ("origin", "derived"):
+            if f.name in ("origin", "derived") or (f.name == "disabled_templates" and not self.disabled_templates):
                 continue
             value = getattr(self, f.name)
             if isinstance(value, (Bandwidth, PeakTflops, TransactionBytes)):
@@ -316,11 +330,17 @@ def validate(raw: Any, label: str, stem: str | None = None) -> HardwareProfile:
             raise _fail(label, "tensor_core_shapes", shape, "must be an mma shape like 'm16n8k16' or 'wgmma'")
     if "wgmma" in shapes and not cc.startswith("9."):
         raise _fail(label, "tensor_core_shapes", "wgmma", f"wgmma exists only on sm_90, not on {cc}")
+    disabled = _strings(label, "disabled_templates", raw.get("disabled_templates", []))
+    for template in disabled:
+        if template not in TEMPLATE_NAMES:
+            raise _fail(label, "disabled_templates", template, f"not a template; the templates are "
+                        f"{builtins.list(TEMPLATE_NAMES)}")
     _check_consistency(label, ints, bandwidth, trans)
     return HardwareProfile(
         key=key, name=name.strip(), aliases=aliases, source=source, compute_capability=cc, **ints,
         bandwidth_gbs=Bandwidth(**bandwidth), peak_tflops=PeakTflops(**peak),
-        transaction_bytes=TransactionBytes(**trans), tensor_core_shapes=shapes, origin=label,
+        transaction_bytes=TransactionBytes(**trans), tensor_core_shapes=shapes, disabled_templates=disabled,
+        origin=label,
     )  # fmt: skip
 
 

@@ -128,6 +128,12 @@ def balanced_tile(M: int, N: int, batch: int, sms: int, tile: tuple[int, int]) -
     return min(candidates, key=lambda t: (cost(*t), -t[0] * t[1], -t[0]))
 
 
+def _enabled(values: tuple[bool | str, ...], target: Any) -> tuple[bool | str, ...]:
+    """The ``tensor_core`` values whose templates the target has not turned off (``disabled_templates``)."""
+    off = target.disabled_templates
+    return tuple(v for v in values if v is False or ("mma_sync" if v is True else v) not in off)
+
+
 class MatmulRule(Rule):
     name = "matmul"
     small_dim = 8  # an m or n extent at most this is a GEMV's job
@@ -198,10 +204,11 @@ class MatmulRule(Rule):
             Knob("split_k", (1,), "reduction split across blocks (1: off)"),
             Knob("stages", tc.STAGES if tc_knobs else SIMT_STAGES, "shared tiles in flight: the cp.async pipeline "
                  "depth on tensor cores; SIMT 2 double-buffers, loading the next tile while computing on this one"),
-            Knob("tensor_core", (False, True, *((wg.INSTRUCTION, wg.TMA_TEMPLATE, wg.PRODUCER_TEMPLATE) if hopper
-                                                else ())) if has_tc
-                 else (False,), "tensor cores: False (SIMT), True (mma.sync), 'wgmma' (Hopper warpgroup MMA, "
-                 "sm_90a), 'wgmma_tma' (the same fed by the TMA), 'wgmma_ws' (TMA from a producer warp)"),
+            Knob("tensor_core", _enabled((False, True, *((wg.INSTRUCTION, wg.TMA_TEMPLATE, wg.PRODUCER_TEMPLATE)
+                                                         if hopper else ())) if has_tc else (False,), target),
+                 "tensor cores: False (SIMT), True (mma.sync), 'wgmma' (Hopper warpgroup MMA, sm_90a), "
+                 "'wgmma_tma' (the same fed by the TMA), 'wgmma_ws' (TMA from a producer warp); a profile's "
+                 "disabled_templates leave theirs out"),
             Knob("raster", tc.RASTER if tc_knobs else (1,), "block rows walked together for L2 reuse (tensor cores)"),
         ), check)
 

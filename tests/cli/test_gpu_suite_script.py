@@ -3,12 +3,18 @@ workload that times out or does not fit the budget is reported without losing th
 
 from __future__ import annotations
 
+import argparse
+import ast
+import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pandas as pd
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_suite.py"
 
@@ -27,13 +33,15 @@ def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None
     fp16 = df[df["workload"] == "matmul_fp16_4096"]
     assert list(fp16["method"]) == ["rule", "carver", "carver_best_of_k", "search", "rule[tensor_core=wgmma]",
                                     "rule[tensor_core=wgmma_ws]", "rule[tensor_core=True]", "vendor"]
+    assert (out / "parts" / "matmul_fp16_4096.csv").is_file() and not list((out / "parts").glob("*.tmp"))
     assert "rule[tensor_core=True]" not in set(df[df["workload"] == "row_sum_4096"]["method"])
     assert (df[df["method"] != "vendor"]["source"] == "estimated").all()
     page = (out / "gpu_suite.md").read_text()
     assert page.startswith("# GPU suite on none (dry run)") and "| matmul_fp16_4096 | rule |" in page
     assert "matmul_fp16_4096: ok in" in proc.stdout and "row_sum_4096: ok in" in proc.stdout
-    # the tensor-core self-check ran first, in its own process (a dry run: one case per template, emulated)
-    assert "tensor-core self-check: ok in" in proc.stdout
+    # the tensor-core self-check ran first, a process per template (a dry run: one case each, emulated)
+    for name in ("wgmma_tma", "wgmma", "wgmma_ws", "mma_sync"):
+        assert f"tensor-core self-check of {name}: ok in" in proc.stdout
     assert "## Tensor-core self-check" in page
     assert "| wgmma_tma | nn_f16 | True |" in page and "| wgmma | nn_f16 | True |" in page
     assert "| wgmma_ws | nn_f16 | True |" in page
@@ -51,6 +59,68 @@ def test_a_workload_past_its_time_limit_is_reported_and_the_budget_is_kept(tmp_p
     proc, out = suite(tmp_path, "--only", "row_sum_4096", "softmax_4096", "--workload-timeout", "0.5")
     page = (out / "gpu_suite.md").read_text()
     assert "- row_sum_4096: timed out after 0.5 s" in page and "- softmax_4096: timed out after 0.5 s" in page
-    assert "(no results)" in page and "- tensor-core self-check: timed out after 0.5 s" in page
+    assert "(no results)" in page
+    assert "- tensor-core self-check of wgmma_ws: timed out after 0.5 s; turned off for the workloads" in page
     proc, out = suite(tmp_path, "--only", "row_sum_4096", "--budget", "10")
     assert re.search(r"row_sum_4096: skipped: \d+ s of the 10 s budget left", proc.stdout), proc.stdout
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_suite_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _args(out: Path, disable: str = "") -> argparse.Namespace:
+    return argparse.Namespace(out=str(out), trials=2, topk=2, dry_run=True, disable=disable)
+
+
+def test_a_template_that_fails_its_self_check_is_turned_off_for_the_workloads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong result in one layout, or a child that hangs, turns the template off; a template the card does not
+    have ("not available") does not count as a failure."""
+    gs = _script()
+
+    def fake(label: str, *_: Any) -> tuple[Any, str]:
+        name = label.removeprefix("selfcheck-")
+        if name == "wgmma":
+            return None, "timed out after 46 s"
+        row = {"template": name, "case": "nn_f16", "ok": name != "wgmma_ws", "max_err": 0.5, "error": ""}
+        extra = {"template": name, "case": "tt_f16", "ok": False, "max_err": float("nan"),
+                 "error": "not available: no such layout here"}
+        return pd.DataFrame([row, extra]), "ok"
+
+    monkeypatch.setattr(gs, "run_isolated", fake)
+    rows, off, problems = gs.selfcheck_all(_args(tmp_path), None, 46.0)
+    assert off == ["wgmma", "wgmma_ws"] and len(rows) == 6
+    assert ("tensor-core self-check of wgmma_ws", "1 of 1 cases failed; turned off for the workloads") in problems
+    assert ("tensor-core self-check of wgmma", "timed out after 46 s; turned off for the workloads") in problems
+    # the workload then never builds them: not the default, not a template row, not a carver pick
+    (tmp_path / "parts").mkdir()
+    spec = next(s for s in gs.SUITE if s.label == "matmul_fp16_4096")
+    gs.run_one(spec, _args(tmp_path, "wgmma_tma,wgmma_ws"), None)
+    df = pd.read_csv(tmp_path / "parts" / "matmul_fp16_4096.csv")
+    assert list(df["method"]) == ["rule", "carver", "carver_best_of_k", "search", "rule[tensor_core=wgmma]",
+                                  "rule[tensor_core=True]", "vendor"]
+    used = {ast.literal_eval(c)["tensor_core"] for c in df["config"].dropna()}
+    assert used == {"wgmma", True}, used
+
+
+def test_a_workload_that_runs_out_of_time_keeps_the_rows_it_wrote(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    gs = _script()
+    (tmp_path / "parts").mkdir()
+    rows = pd.DataFrame({"workload": ["w", "w", "w"], "method": ["vendor", "rule", "carver"],
+                         "time_us": [10.0, 20.0, 5.0]})
+
+    def hung_after_the_first_steps(cmd: list[str], **_: Any) -> None:
+        gs.write_rows(rows, tmp_path / "parts" / "w.csv")
+        raise subprocess.TimeoutExpired(cmd, 3.0)
+
+    monkeypatch.setattr(gs.subprocess, "run", hung_after_the_first_steps)
+    df, what = gs.run_isolated("w", _args(tmp_path), None, 3.0)
+    assert what == "timed out after 3 s; the rows before it are kept"
+    assert list(df["method"]) == ["rule", "carver", "vendor"]  # the table's order
+    assert list(df["speedup_vs_vendor"]) == [0.5, 2.0, 1.0]

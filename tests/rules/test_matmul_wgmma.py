@@ -47,6 +47,24 @@ def test_wgmma_is_in_the_space_only_on_hopper(dtype: str, target: str, present: 
         assert all(c["tensor_core"] != "wgmma" for c in space.enumerate(limit=200))
 
 
+def test_a_template_the_profile_turns_off_is_nowhere() -> None:
+    """Not in the space, so not in the carver's ranking nor the search; the default falls back to the next
+    template, and asking for a disabled one says what the space has."""
+    f = wl.matmul(4096, 4096, 4096, "float16")
+    without_tma = H100.without_templates(["wgmma_tma", "wgmma_ws"])
+    assert MATMUL.space(f, without_tma).knob("tensor_core").values == (False, True, "wgmma")
+    assert MATMUL.default_config(f, without_tma) == MATMUL.template_default(f, H100, "wgmma")
+    assert {c["tensor_core"] for c in sl.carver.carve(f, without_tma, topk=8)["config"]} == {"wgmma"}
+    with pytest.raises(ValueError, match=r"tensor_core='wgmma_ws' is not in this matmul's space \(it has \[False, "
+                                         r"True, 'wgmma'\]\)"):
+        MATMUL.template_default(f, without_tma, "wgmma_ws")
+    simt_only = H100.without_templates(["mma_sync", "wgmma", "wgmma_tma", "wgmma_ws"])
+    assert MATMUL.space(f, simt_only).knob("tensor_core").values == (False,)
+    assert MATMUL.default_config(f, simt_only)["tensor_core"] is False
+    a100 = sl.hw.load("a100").without_templates(["mma_sync"])
+    assert MATMUL.space(f, a100).knob("tensor_core").values == (False,)
+
+
 def test_the_wgmma_knob_values_are_its_own() -> None:
     """block_n=256, block_k=64 and thread_n 32/64 exist for wgmma configs only, so no SIMT or mma.sync point
     duplicates another by differing in a value its template could not use."""
