@@ -36,6 +36,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -141,27 +142,55 @@ def run_selfcheck(args: argparse.Namespace, name: str) -> None:
 
 def selfcheck_all(args: argparse.Namespace, ceil: dict[str, float] | None, limit: float
                   ) -> tuple[pd.DataFrame | None, list[str], list[tuple[str, str]]]:
-    """Each template checked in its own child: (the rows, the templates to turn off, problems).  A template
-    fails when a case it has on this card gives a wrong result or no result, or its child fails or hangs."""
+    """Each template checked in its own child: (the rows, the templates to turn off, problems).  A template is
+    turned off when its child fails or hangs, or a case it has on this card does not run (a launch failure can
+    take the CUDA context down, a hang the workload's time).  A case whose result differs is reported and the
+    template kept: the workloads check every kernel's result themselves, and it costs them no time."""
     frames, off, problems = [], [], []
     for name in TEMPLATES:
         t0 = time.time()
         df, what = run_isolated(f"{SELFCHECK}-{name}", args, ceil, limit)
+        turn_off = what != "ok"
         if df is not None and len(df):
             frames.append(df)
-            here = df[~df["error"].astype(str).str.startswith("not available")]  # a template this card lacks
-            if len(here) and not here["ok"].all():
-                what = f"{int((~here['ok']).sum())} of {len(here)} cases failed"
-        if what != "ok":
+            errors = df["error"].where(df["error"].notna(), "").astype(str)
+            failed = ~df["ok"].astype(bool) & ~errors.str.startswith("not available")  # not: a card without it
+            differs = failed & errors.str.startswith("result differs")
+            broken = failed & ~differs
+            if broken.any():
+                turn_off = True
+                what = (f"{int(broken.sum())} of {len(df)} cases did not run ({', '.join(df['case'][broken])}): "
+                        f"{errors[broken].iloc[0][:200]}")
+            elif differs.any() and what == "ok":
+                what = (f"{int(differs.sum())} of {len(df)} cases differ from numpy "
+                        f"({', '.join(df['case'][differs])}); kept, the workloads check their own results")
+        if turn_off:
             off.append(name)
-            problems.append((f"tensor-core self-check of {name}", f"{what}; turned off for the workloads"))
+            what += "; turned off for the workloads"
+        if what != "ok":
+            problems.append((f"tensor-core self-check of {name}", what))
         print(f"tensor-core self-check of {name}: {what} in {time.time() - t0:.0f} s", flush=True)
     return (pd.concat(frames, ignore_index=True) if frames else None), off, problems
 
 
+def run_child(cmd: list[str], limit: float) -> tuple[int, str]:
+    """Run ``cmd`` in a session of its own: (exit code, the last of its output).  On timeout the whole session
+    is killed, the search's measurement workers too, so that none keeps the GPU busy for the next workload."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, output or ""
+
+
 def run_isolated(label: str, args: argparse.Namespace, ceil: dict[str, float] | None, limit: float
                  ) -> tuple[object, str]:
-    """Run one workload (or the self-check) in a child process; (its DataFrame or None, what happened)."""
+    """Run one workload (or the self-check) in a child process: (its rows or None, what happened).  The rows a
+    workload wrote before it timed out or failed are kept."""
     part = Path(args.out) / "parts" / f"{label}.csv"
     part.unlink(missing_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", label, "--out", args.out,
@@ -170,15 +199,16 @@ def run_isolated(label: str, args: argparse.Namespace, ceil: dict[str, float] | 
     if args.dry_run:
         cmd.append("--dry-run")
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, check=False)
+        code, output = run_child(cmd, limit)
+        what = "ok" if code == 0 else f"failed (exit {code}): " + " | ".join(output.strip().splitlines()[-3:])[:300]
     except subprocess.TimeoutExpired:
-        if part.is_file():  # the rows written before the step that ran out of time
-            return pd.read_csv(part), f"timed out after {limit:g} s; the rows before it are kept"
-        return None, f"timed out after {limit:g} s"
-    if proc.returncode != 0 or not part.is_file():
-        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        return None, f"failed (exit {proc.returncode}): {tail[:300]}"
-    return pd.read_csv(part), "ok"
+        what = f"timed out after {limit:g} s"
+    rows = pd.read_csv(part) if part.is_file() else None
+    if what != "ok" and rows is not None:
+        what += "; the rows written before it are kept"
+    elif what == "ok" and rows is None:
+        what = "failed: the child wrote no rows"
+    return rows, what
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
@@ -211,8 +241,13 @@ def main() -> int:
     ap.add_argument("--workload-timeout", type=float, default=150.0, help="seconds per workload (default 150)")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # run one workload in this process
     ap.add_argument("--ceilings", default="{}", help=argparse.SUPPRESS)
-    ap.add_argument("--disable", default="", help=argparse.SUPPRESS)  # templates the self-check turned off
+    ap.add_argument("--disable", default="", metavar="NAMES",
+                    help=f"templates to turn off, comma-separated, of {', '.join(TEMPLATES)} (besides those the "
+                         "self-check turns off)")
     args = ap.parse_args()
+    unknown = [n for n in args.disable.split(",") if n and n not in TEMPLATES]
+    if unknown:
+        ap.error(f"--disable: unknown template(s) {unknown}; choose from {', '.join(TEMPLATES)}")
     out = Path(args.out)
     (out / "parts").mkdir(parents=True, exist_ok=True)
     if args.child and args.child.startswith(f"{SELFCHECK}-"):
@@ -237,7 +272,7 @@ def main() -> int:
     suite = [s for s in SUITE if not args.only or s.label in args.only]
     frames: list[pd.DataFrame] = []
     check, off, problems = selfcheck_all(args, ceil, min(args.workload_timeout, args.budget / 12))
-    args.disable = ",".join(off)
+    args.disable = ",".join(dict.fromkeys([*filter(None, args.disable.split(",")), *off]))  # and any given
     for spec in suite:
         t0 = time.time()
         left = args.budget - (t0 - start)

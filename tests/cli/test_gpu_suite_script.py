@@ -9,6 +9,7 @@ import importlib.util
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -78,26 +79,34 @@ def _args(out: Path, disable: str = "") -> argparse.Namespace:
     return argparse.Namespace(out=str(out), trials=2, topk=2, dry_run=True, disable=disable)
 
 
-def test_a_template_that_fails_its_self_check_is_turned_off_for_the_workloads(
+def test_a_template_whose_self_check_does_not_run_is_turned_off_for_the_workloads(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A wrong result in one layout, or a child that hangs, turns the template off; a template the card does not
-    have ("not available") does not count as a failure."""
+    """A child that hangs, or a case that does not run, turns the template off; a case whose result differs is
+    reported and the template kept (the workloads check their results); a template the card does not have
+    ("not available") is no failure."""
     gs = _script()
+    cases = {"wgmma_tma": (True, ""), "wgmma_ws": (False, "ExecutionError: an illegal memory access"),
+             "mma_sync": (False, "result differs: max error 0.5 of the largest |value|")}
 
     def fake(label: str, *_: Any) -> tuple[Any, str]:
         name = label.removeprefix("selfcheck-")
         if name == "wgmma":
             return None, "timed out after 46 s"
-        row = {"template": name, "case": "nn_f16", "ok": name != "wgmma_ws", "max_err": 0.5, "error": ""}
-        extra = {"template": name, "case": "tt_f16", "ok": False, "max_err": float("nan"),
-                 "error": "not available: no such layout here"}
-        return pd.DataFrame([row, extra]), "ok"
+        ok, error = cases[name]
+        rows = [{"template": name, "case": "nn_f16", "ok": ok, "max_err": 0.5, "error": error},
+                {"template": name, "case": "tt_f16", "ok": False, "max_err": float("nan"),
+                 "error": "not available: no such layout here"}]
+        return pd.DataFrame(rows), "ok"
 
     monkeypatch.setattr(gs, "run_isolated", fake)
     rows, off, problems = gs.selfcheck_all(_args(tmp_path), None, 46.0)
     assert off == ["wgmma", "wgmma_ws"] and len(rows) == 6
-    assert ("tensor-core self-check of wgmma_ws", "1 of 1 cases failed; turned off for the workloads") in problems
-    assert ("tensor-core self-check of wgmma", "timed out after 46 s; turned off for the workloads") in problems
+    assert dict(problems) == {
+        "tensor-core self-check of wgmma": "timed out after 46 s; turned off for the workloads",
+        "tensor-core self-check of wgmma_ws": "1 of 2 cases did not run (nn_f16): ExecutionError: an illegal "
+                                              "memory access; turned off for the workloads",
+        "tensor-core self-check of mma_sync": "1 of 2 cases differ from numpy (nn_f16); kept, the workloads "
+                                              "check their own results"}
     # the workload then never builds them: not the default, not a template row, not a carver pick
     (tmp_path / "parts").mkdir()
     spec = next(s for s in gs.SUITE if s.label == "matmul_fp16_4096")
@@ -109,19 +118,58 @@ def test_a_template_that_fails_its_self_check_is_turned_off_for_the_workloads(
     assert used == {"wgmma", True}, used
 
 
-def test_a_workload_that_runs_out_of_time_keeps_the_rows_it_wrote(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+ROWS = pd.DataFrame({"workload": ["w", "w", "w"], "method": ["vendor", "rule", "carver"], "time_us": [10.0, 20.0, 5.0]})
+
+
+@pytest.mark.parametrize(("outcome", "what"), [
+    ("timeout", "timed out after 3 s; the rows written before it are kept"),
+    ("crash", "failed (exit 1): Traceback (most recent call last): |   ... | CUDARuntimeError: an illegal memory "
+              "access; the rows written before it are kept"),
+])
+def test_a_workload_that_stops_early_keeps_the_rows_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            outcome: str, what: str) -> None:
+    """A kernel that hangs, or faults and takes the CUDA context down with it, in the carver's or the search's
+    step: the rows of the steps before it are in the table."""
     gs = _script()
     (tmp_path / "parts").mkdir()
-    rows = pd.DataFrame({"workload": ["w", "w", "w"], "method": ["vendor", "rule", "carver"],
-                         "time_us": [10.0, 20.0, 5.0]})
 
-    def hung_after_the_first_steps(cmd: list[str], **_: Any) -> None:
-        gs.write_rows(rows, tmp_path / "parts" / "w.csv")
-        raise subprocess.TimeoutExpired(cmd, 3.0)
+    def stopped_after_the_first_steps(cmd: list[str], limit: float) -> tuple[int, str]:
+        gs.write_rows(ROWS, tmp_path / "parts" / "w.csv")
+        if outcome == "timeout":
+            raise subprocess.TimeoutExpired(cmd, limit)
+        return 1, "Traceback (most recent call last):\n  ...\nCUDARuntimeError: an illegal memory access\n"
 
-    monkeypatch.setattr(gs.subprocess, "run", hung_after_the_first_steps)
-    df, what = gs.run_isolated("w", _args(tmp_path), None, 3.0)
-    assert what == "timed out after 3 s; the rows before it are kept"
+    monkeypatch.setattr(gs, "run_child", stopped_after_the_first_steps)
+    df, got = gs.run_isolated("w", _args(tmp_path), None, 3.0)
+    assert got == what
     assert list(df["method"]) == ["rule", "carver", "vendor"]  # the table's order
     assert list(df["speedup_vs_vendor"]) == [0.5, 2.0, 1.0]
+
+
+def test_a_timed_out_child_is_killed_with_what_it_started(tmp_path: Path) -> None:
+    """The search measures in worker processes of the workload's child: a timeout kills the whole session."""
+    gs = _script()
+    marker = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; "
+              f"time.sleep(60)']); open({str(marker)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    with pytest.raises(subprocess.TimeoutExpired):
+        gs.run_child([sys.executable, "-c", script], 3.0)
+    grandchild = int(marker.read_text())
+    for _ in range(50):  # the kill is asynchronous: wait for the process table to say so
+        if not Path(f"/proc/{grandchild}").exists() or "Z" in _state(grandchild):
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{grandchild}").exists() or "Z" in _state(grandchild)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_unknown_templates_to_turn_off_are_refused(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path), "--disable", "tma"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "--disable: unknown template(s) ['tma']; choose from wgmma_tma" in proc.stderr
