@@ -16,9 +16,9 @@
    Before them, a tensor-core self-check (``sl.report.tensor_core_selfcheck``): each tensor-core template
    the card has (wgmma with TMA, with cp.async, with a producer warp; mma.sync), every operand layout, fp16
    and bf16, against numpy, so that a template whose hardware semantics differ from the emulator's shows up
-   by layout, not as one failed workload.  Each template is checked in its own process, and one that fails
-   or hangs is turned off for the workloads (``HardwareProfile.without_templates``): no default, carver
-   pick or search trial uses it, so it cannot take their time too.
+   by layout, not as one failed workload.  Each template is checked in its own process, and one whose check
+   hangs or a case of which does not run is turned off for the workloads (``HardwareProfile.without_templates``,
+   or ``--disable``): no default, carver pick or search trial uses it, so it cannot take their time too.
 3. Each workload runs in its own process under a time limit (``--workload-timeout``, and the whole call's
    ``--budget``), so a kernel that faults or hangs costs that workload's rows only: the others, and the
    ceilings, are kept.  A workload writes its rows as it goes (the rule default, template and variant rows

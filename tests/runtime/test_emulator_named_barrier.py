@@ -46,9 +46,22 @@ extern "C" __global__ void __launch_bounds__(128) count_over_block(SL_GLOBAL(flo
   sl_named_barrier<3, 256>();
   y[threadIdx.x] = 1.0f;
 }
+extern "C" __global__ void __launch_bounds__(128) exited_lanes(SL_GLOBAL(const float) x, SL_GLOBAL(float) y) {
+  SL_SHARED(float, s, 64);
+  const int t = threadIdx.x;
+  if (t >= 48) return;  // warp 1 arrives with its 16 lanes that have not exited, and counts 32
+  s[t] = x[t];
+  sl_named_barrier<1, 64>();
+  y[t] = s[(t + 1) % 48];
+}
 extern "C" __global__ void __launch_bounds__(128) half_warps(SL_GLOBAL(float) y) {
-  if ((threadIdx.x & 31) < 16) sl_named_barrier<1, 32>();  // 16 lanes of two warps: 32 threads, no whole warp
+  if ((threadIdx.x & 31) < 16) sl_named_barrier<1, 32>();  // 16 lanes of each warp: 64 threads, no whole warp
   __syncthreads();  // the other lanes have not exited
+  y[threadIdx.x] = 1.0f;
+}
+extern "C" __global__ void __launch_bounds__(128) whole_and_half(SL_GLOBAL(float) y) {
+  if (threadIdx.x < 32 || (threadIdx.x & 31) < 16) sl_named_barrier<1, 32>();  // warp 0 completes it
+  __syncthreads();
   y[threadIdx.x] = 1.0f;
 }
 extern "C" __global__ void __launch_bounds__(128) two_counts(SL_GLOBAL(float) y) {
@@ -121,8 +134,10 @@ def test_the_barrier_id_and_count_are_checked_when_compiled(call: str, why: str)
 
 
 @pytest.mark.parametrize(("kernel", "block", "message"), [
-    ("half_warps", THREADS, r"sl_named_barrier<1, 32>: completed by lanes of warp \d without thread \(\d+,0,0\) "
-                            r"\(a named barrier counts whole warps"),
+    ("half_warps", THREADS, r"deadlock.* 64 thread\(s\) wait at a named barrier \(sl_named_barrier\) for warps "
+                            r"that never arrive \(first \(\d+,0,0\), barrier 1\)"),
+    ("whole_and_half", 64, r"sl_named_barrier<1, 32>: completed while lanes of warp 1 wait there without thread "
+                           r"\(48,0,0\) \(a named barrier counts whole warps"),
     ("two_counts", THREADS, r"sl_named_barrier<1, (64|96)>: other threads wait at barrier 1 with count (64|96)"),
     ("count_over_block", 48, r"sl_named_barrier<3, 256>: the emulator models named barriers in blocks of whole "
                              r"warps, not 48 threads"),
@@ -131,3 +146,11 @@ def test_what_the_gpu_leaves_undefined_is_refused(kernel: str, block: int, messa
     with pytest.raises(EmulatorError, match=message):
         emulate(_source(True), [KernelLaunch(kernel, (1, 1, 1), (block, 1, 1), ("y",))], {"y": poisoned(block)},
                 bounds_check=True)
+
+
+def test_a_warp_arrives_with_the_lanes_it_has_left() -> None:
+    x = np.arange(1, THREADS + 1, dtype=np.float32)
+    y = poisoned(THREADS)
+    emulate(_source(True), [KernelLaunch("exited_lanes", (1, 1, 1), (THREADS, 1, 1), ("x", "y"))],
+            {"x": x, "y": y}, bounds_check=True)
+    np.testing.assert_array_equal(y[:48], np.roll(x[:48], -1))

@@ -75,3 +75,23 @@ def test_a_block_of_part_warpgroups_is_refused() -> None:
 def test_the_count_is_checked_when_compiled(count: int) -> None:
     with pytest.raises(EmulatorError, match=r"(?s)g\+\+ failed.*setmaxnreg takes a multiple of 8 in \[24, 256\]"):
         _run(f"sl_setmaxnreg_dec<{count}>();", "")
+
+
+ORDER = r"""
+extern "C" __global__ void __launch_bounds__(384, 1) order(SL_GLOBAL(int) seen, SL_GLOBAL(int) next) {
+  if (threadIdx.x >= 256) sl_setmaxnreg_dec<40>(); else sl_setmaxnreg_inc<232>();
+  seen[atomicAdd(&next[0], 1)] = threadIdx.x;  // the order the threads run on in
+}
+"""
+
+
+def test_a_checked_run_keeps_the_block_order_through_setmaxnreg() -> None:
+    """A checked run's one-block grid runs last-first; a warpgroup released from setmaxnreg runs on in that order
+    (a race behind it would otherwise see a different order than behind any other barrier)."""
+    seen, counter = np.full(THREADS, -1, np.int32), np.zeros(1, np.int32)
+    emulate(full(ORDER), [KernelLaunch("order", (1, 1, 1), (THREADS, 1, 1), ("seen", "next"))],
+            {"seen": seen, "next": counter}, bounds_check=True)
+    assert sorted(seen) == list(range(THREADS))
+    for group in range(3):
+        mine = [t for t in seen if t // 128 == group]
+        assert mine == sorted(mine, reverse=True), (group, mine[:8])

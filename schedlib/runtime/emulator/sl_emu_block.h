@@ -91,7 +91,8 @@ struct BlockCtx {
   int bar_arrivals = 0, exited = 0;
   unsigned bar_phase = 0;          // completed block barriers; selects bar_count
   int bar_count[2] = {0, 0};       // predicate sums of __syncthreads_count/_and/_or
-  int named_arrivals[16] = {};     // threads waiting at each named barrier (sl_named_barrier)
+  int named_threads[16] = {};      // threads waiting at each named barrier (sl_named_barrier)
+  int named_warps[16] = {};        // 32 for each warp all of whose lanes that have not exited wait there
   int named_count[16] = {};        // the count those threads gave
   RegisterFile regs;               // setmaxnreg's register pool (sl_emu_wgmma.h)
   Ctx main;

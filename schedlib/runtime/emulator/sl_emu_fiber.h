@@ -149,25 +149,36 @@ inline void wait_released(BlockCtx* b, Fiber* f) {
   ctx_switch(&f->ctx, &next->ctx);
 }
 
-// Release threads [base, base + n) that `waiting(i)` names (the releasing thread always).  A fast run queues
-// the others and the releasing thread runs on.  A checked run keeps the block's order: the releasing thread
-// takes its own place in it and waits for its turn (else the order would collapse after the first barrier),
-// and the released threads go to the front of the queue (a warp that completes a warp operation runs on ahead
-// of the other warps, as in a fast run, which is what shows a warp reading another warp's shared data before
-// that warp has finished writing it).
+// Wake the threads of [base, base + n) that `waiting(i)` names: a fast run queues them; a checked run puts them
+// at the front of the queue in the block's order (pushed last-to-first, they run first-to-last), so that a
+// warp completing a warp operation runs on ahead of the other warps, as in a fast run, which is what shows a
+// warp reading another warp's shared data before that warp has finished writing it.
 template <class Waiting>
-inline void release_waiting(BlockCtx* b, Fiber* self, int base, int n, Waiting waiting) {
+inline void wake(BlockCtx* b, int base, int n, Waiting waiting) {
   if (!b->ordered) {
     for (int i = base; i < base + n; ++i)
-      if (i != self->linear && waiting(i)) push_ready(b, i);
+      if (waiting(i)) push_ready(b, i);
     return;
   }
-  for (int k = n - 1; k >= 0; --k) {  // pushed to the front last-to-first: they run first-to-last
+  for (int k = n - 1; k >= 0; --k) {
     const int i = base + nth_in_order(b, n, k);
-    if (i != self->linear && !waiting(i)) continue;
+    if (!waiting(i)) continue;
     b->fibers[i].state = kReady;
     b->queue[--b->qhead & b->qmask] = i;
   }
+}
+
+// Release the threads of [base, base + n) that `waiting(i)` names, the releasing thread (among them) always.
+// A fast run queues the others and the releasing thread runs on.  A checked run keeps the block's order: the
+// releasing thread takes its own place in it and waits for its turn (else the order would collapse after the
+// first barrier).
+template <class Waiting>
+inline void release_waiting(BlockCtx* b, Fiber* self, int base, int n, Waiting waiting) {
+  if (!b->ordered) {
+    wake(b, base, n, [&](int i) { return i != self->linear && waiting(i); });
+    return;
+  }
+  wake(b, base, n, [&](int i) { return i == self->linear || waiting(i); });
   if (b->queue[b->qhead & b->qmask] == self->linear) {
     ++b->qhead;  // its turn already
   } else {
@@ -260,7 +271,8 @@ inline void run_block(BlockCtx* b, unsigned char* stacks, size_t stride, size_t 
   b->bar_arrivals = b->exited = 0;
   b->bar_phase = 0;
   b->bar_count[0] = b->bar_count[1] = 0;
-  for (int& n : b->named_arrivals) n = 0;
+  for (int& n : b->named_threads) n = 0;
+  for (int& n : b->named_warps) n = 0;
   b->regs = RegisterFile{};
   for (int& r : b->regs.per_thread) r = register_cap(b->nthreads);
   b->failed = false;

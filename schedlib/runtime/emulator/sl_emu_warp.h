@@ -24,9 +24,19 @@ inline int __syncthreads_or(int pred) { return ::sl_emu::syncthreads_impl(pred) 
 
 namespace sl_emu {
 
-// bar.sync id, count: done when `count` threads have arrived, in whole warps (the GPU counts a warp when all
-// its lanes that have not exited arrive); only those wait for each other.  Lanes of a warp that arrive
-// without the rest, and two counts for one barrier at once, are undefined on the GPU and refused here.
+// Whether every lane of `warp` that has not exited, but `self`, waits at named barrier `id`.
+inline bool warp_waits_at(const BlockCtx* b, int warp, int id, int self) {
+  for (int i = 32 * warp; i < 32 * warp + 32; ++i) {
+    const Fiber& w = b->fibers[i];
+    if (i != self && w.state != kExited && !(w.state == kWaitNamed && w.named == id)) return false;
+  }
+  return true;
+}
+
+// bar.sync id, count: a warp arrives when all its lanes that have not exited do, and counts 32; the barrier
+// is done when `count` threads have arrived so, and only those wait for each other.  Lanes of a warp left
+// waiting when it completes, and two counts for one barrier at once, are undefined on the GPU and refused
+// here.  (A lane that exits while the rest of its warp waits is not counted: that is a reported deadlock.)
 inline void named_barrier_impl(int id, int count) {
   BlockCtx* b = sl_emu_tls_block;
   Fiber* f = sl_emu_tls_fiber;
@@ -37,30 +47,32 @@ inline void named_barrier_impl(int id, int count) {
   if (count > b->nthreads)
     fail_thread(b, f, op + ": counts more threads than the block's " + std::to_string(b->nthreads) +
                       ", so it would never complete");
-  if (b->named_arrivals[id] == 0) {
+  if (b->named_threads[id] == 0) {
     b->named_count[id] = count;
   } else if (b->named_count[id] != count) {
     fail_thread(b, f, op + ": other threads wait at barrier " + std::to_string(id) + " with count " +
                       std::to_string(b->named_count[id]) + "; every use of a barrier must give the same count");
   }
+  ++b->named_threads[id];
   f->named = id;
-  if (++b->named_arrivals[id] < count) {
+  if (warp_waits_at(b, f->warp, id, f->linear)) b->named_warps[id] += 32;
+  if (b->named_warps[id] < count) {
     f->state = kWaitNamed;
     wait_released(b, f);
     return;
   }
-  b->named_arrivals[id] = 0;
+  b->named_threads[id] = b->named_warps[id] = 0;
   auto waiting = [b, id](int i) {
     const Fiber& w = b->fibers[i];
     return w.state == kWaitNamed && w.named == id;
   };
   for (int i = 0; i < b->nthreads; ++i) {
-    if (i != f->linear && !waiting(i)) continue;
+    if (!waiting(i) || warp_waits_at(b, i / 32, id, f->linear)) continue;
     for (int lane = 32 * (i / 32); lane < 32 * (i / 32) + 32; ++lane)
       if (lane != f->linear && !waiting(lane) && b->fibers[lane].state != kExited)
-        fail_thread(b, f, op + ": completed by lanes of warp " + std::to_string(i / 32) + " without thread " +
-                          thread_str(b->fibers[lane]) + " (a named barrier counts whole warps: every lane that "
-                          "has not exited must arrive)");
+        fail_thread(b, f, op + ": completed while lanes of warp " + std::to_string(i / 32) + " wait there "
+                          "without thread " + thread_str(b->fibers[lane]) + " (a named barrier counts whole "
+                          "warps: every lane that has not exited must arrive)");
   }
   release_waiting(b, f, 0, b->nthreads, waiting);
 }

@@ -149,7 +149,9 @@ inline void wgmma_complete_before(Fiber* f, unsigned long long group) {
 // (current - n) registers per thread to the CTA's pool, inc waits until the pool holds (n - current) per
 // thread.  The registers themselves are not modelled, only the pool, so that a split that does not add up
 // hangs here as on the GPU (where ptxas checks nothing of it).
-inline void grant_registers(BlockCtx* b) {
+// Grant every pending inc the pool now holds; wake the warpgroups granted, but `settling` (whose thread grants,
+// and releases its own warpgroup itself).
+inline void grant_registers(BlockCtx* b, int settling) {
   RegisterFile& r = b->regs;
   for (int g = 0; g < b->nthreads / 128; ++g) {
     const long long need = 128ll * (r.pending[g] - r.per_thread[g]);
@@ -157,10 +159,7 @@ inline void grant_registers(BlockCtx* b) {
     r.pool -= need;
     r.per_thread[g] = r.pending[g];
     r.pending[g] = 0;
-    for (int k = 0; k < 128; ++k) {
-      const int i = 128 * g + nth_in_order(b, 128, k);
-      if (b->fibers[i].state == kWaitRegisters) push_ready(b, i);
-    }
+    if (g != settling) wake(b, 128 * g, 128, [b](int i) { return b->fibers[i].state == kWaitRegisters; });
   }
 }
 
@@ -196,16 +195,13 @@ inline void setmaxnreg(bool inc, int n) {
     r.pool += 128ll * (current - n);
     r.per_thread[g] = n;
   }
-  grant_registers(b);  // this warpgroup's inc, or incs the registers just returned complete
+  grant_registers(b, g);  // this warpgroup's inc, or incs the registers just returned complete
   if (r.pending[g]) {  // nothing returns the registers yet: the warpgroup waits
     f->state = kWaitRegisters;
     wait_released(b, f);
     return;
   }
-  for (int k = 0; k < 128; ++k) {
-    const int i = 128 * g + nth_in_order(b, 128, k);
-    if (i != f->linear && b->fibers[i].state == kWaitRegisters) push_ready(b, i);
-  }
+  release_waiting(b, f, 128 * g, 128, [b](int i) { return b->fibers[i].state == kWaitRegisters; });
 }
 
 }  // namespace sl_emu
