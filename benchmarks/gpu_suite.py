@@ -33,6 +33,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -181,7 +182,8 @@ def run_child(cmd: list[str], limit: float) -> tuple[int, str]:
     try:
         output, _ = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # the session may have ended meanwhile
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise
     return proc.returncode, output or ""
