@@ -54,8 +54,8 @@ from schedlib.suites import WorkloadSpec
 SELFCHECK = "selfcheck"  # the child label of the tensor-core self-check, one child per template
 TEMPLATES = {"wgmma_tma": "wgmma_tma", "wgmma": "wgmma", "wgmma_ws": "wgmma_ws", "mma_sync": True}  # name: knob
 METHOD_ORDER = ("rule", "carver", "carver_best_of_k", "search")  # then the rule[...] rows, the vendor last
-# In the issue's order of value, so that a call that runs out of budget loses the least: the memory-bound
-# kernels (>= 90% of copy bandwidth), the fused epilogue (>= 1.15x cuBLAS + cupy), then the matmuls.
+# In order of what their targets are worth, so that a call that runs out of budget loses the least: the
+# memory-bound kernels (>= 90% of copy bandwidth), the fused epilogue (>= 1.15x cuBLAS + cupy), the matmuls.
 SUITE = [
     WorkloadSpec("gemv", {"N": 14336, "K": 4096, "dtype": "float16"}, "gemv_fp16_inner"),
     WorkloadSpec("gemv", {"N": 14336, "K": 4096, "dtype": "float16", "trans": True}, "gemv_fp16_outer"),
@@ -125,8 +125,13 @@ def write_rows(df: pd.DataFrame, path: Path) -> None:
     df = df.assign(speedup_vs_vendor=vendor_us / df["time_us"])
     rank = df["method"].map(lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else
                             len(METHOD_ORDER) + (m == "vendor"))
-    df.iloc[rank.argsort(kind="stable")].to_csv(path.with_suffix(".tmp"), index=False)
-    path.with_suffix(".tmp").replace(path)  # whole: the parent may read it after a kill
+    write_atomic(df.iloc[rank.argsort(kind="stable")], path)
+
+
+def write_atomic(df: pd.DataFrame, path: Path) -> None:
+    """``df`` as CSV at ``path``, whole or not at all: the parent may read it after killing the writer."""
+    df.to_csv(path.with_suffix(".tmp"), index=False)
+    path.with_suffix(".tmp").replace(path)
 
 
 def run_selfcheck(args: argparse.Namespace, name: str) -> None:
@@ -138,7 +143,7 @@ def run_selfcheck(args: argparse.Namespace, name: str) -> None:
         df = tensor_core_selfcheck("h100", backend="emulator", templates=(TEMPLATES[name],), cases=("nn_f16",))
     else:
         df = tensor_core_selfcheck(sl.hw.detect(), backend="gpu", templates=(TEMPLATES[name],))
-    df.to_csv(Path(args.out) / "parts" / f"{SELFCHECK}-{name}.csv", index=False)
+    write_atomic(df, Path(args.out) / "parts" / f"{SELFCHECK}-{name}.csv")
 
 
 def selfcheck_all(args: argparse.Namespace, ceil: dict[str, float] | None, limit: float
@@ -205,7 +210,10 @@ def run_isolated(label: str, args: argparse.Namespace, ceil: dict[str, float] | 
         what = "ok" if code == 0 else f"failed (exit {code}): " + " | ".join(output.strip().splitlines()[-3:])[:300]
     except subprocess.TimeoutExpired:
         what = f"timed out after {limit:g} s"
-    rows = pd.read_csv(part) if part.is_file() else None
+    try:
+        rows = pd.read_csv(part) if part.is_file() else None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:  # not a file this script wrote whole
+        rows, what = None, f"{what}; its rows are unreadable ({exc})"
     if what != "ok" and rows is not None:
         what += "; the rows written before it are kept"
     elif what == "ok" and rows is None:

@@ -325,5 +325,6 @@ def test_a_profile_may_turn_templates_off(tmp_path):
     assert loaded.to_dict()["disabled_templates"] == ["wgmma_ws"]
     both = loaded.without_templates(["mma_sync"])
     assert both.disabled_templates == ("mma_sync", "wgmma_ws") and loaded.disabled_templates == ("wgmma_ws",)
-    with pytest.raises(ProfileError, match=r"h100: unknown template\(s\) \['simt'\]"):
+    with pytest.raises(ProfileError, match=r"h100: without_templates\(names=\['simt'\]\): unknown template\(s\) "
+                                           r"\['simt'\]; the templates are \['mma_sync', "):
         h100.without_templates(["simt"])

@@ -50,13 +50,16 @@ def register_cap(threads: int) -> int:
 
 
 def register_split(consumers: int) -> tuple[int, int] | None:
-    """(the block's per-thread cap, the accumulator threads' count after setmaxnreg.inc), or None when the cap
-    is already the most a thread can have.  The producer's returned registers are shared among the
-    accumulator threads, in eights.  (The emulator models the same pool: sl_emu_wgmma.h.)"""
+    """(the block's per-thread cap, the accumulator threads' count after setmaxnreg.inc), or None when that
+    count would be no more than the cap: the cap is already the most a thread can have (one accumulator
+    warpgroup), or the producer's returned registers come to fewer than 8 per accumulator thread (six
+    or more accumulator warpgroups).  They are shared out in eights.  (The emulator models the same pool:
+    sl_emu_wgmma.h.)"""
     threads = consumers + PRODUCER_THREADS
     cap = register_cap(threads)
     grown = min(248, (cap * threads - PRODUCER_REGISTERS * PRODUCER_THREADS) // consumers // 8 * 8)
     return (cap, grown) if grown > cap else None
+
 
 def uses_producer_warp(root: Block) -> bool:
     return dict(root.annotations).get("producer") == PRODUCER

@@ -222,7 +222,8 @@ class HardwareProfile:
         names = tuple(names)
         bad = [n for n in names if n not in TEMPLATE_NAMES]
         if bad:
-            raise ProfileError(f"{self.key}: unknown template(s) {bad}; the templates are {list(TEMPLATE_NAMES)}")
+            raise ProfileError(f"{self.key}: without_templates(names={list(names)!r}): unknown template(s) {bad}; "
+                               f"the templates are {list(TEMPLATE_NAMES)}")
         merged = tuple(n for n in TEMPLATE_NAMES if n in names or n in self.disabled_templates)
         return replace(self, disabled_templates=merged)
 

@@ -60,7 +60,6 @@ def test_a_workload_past_its_time_limit_is_reported_and_the_budget_is_kept(tmp_p
     proc, out = suite(tmp_path, "--only", "row_sum_4096", "softmax_4096", "--workload-timeout", "0.5")
     page = (out / "gpu_suite.md").read_text()
     assert "- row_sum_4096: timed out after 0.5 s" in page and "- softmax_4096: timed out after 0.5 s" in page
-    assert "(no results)" in page
     assert re.search(r"- tensor-core self-check of wgmma_ws: timed out after 0.5 s[^\n]*; turned off for the "
                      r"workloads", page), page
     proc, out = suite(tmp_path, "--only", "row_sum_4096", "--budget", "10")
@@ -107,15 +106,38 @@ def test_a_template_whose_self_check_does_not_run_is_turned_off_for_the_workload
                                               "memory access; turned off for the workloads",
         "tensor-core self-check of mma_sync": "1 of 2 cases differ from numpy (nn_f16); kept, the workloads "
                                               "check their own results"}
-    # the workload then never builds them: not the default, not a template row, not a carver pick
+    # the workload then never builds them: not a template row, not a carver pick, not a search trial
     (tmp_path / "parts").mkdir()
     spec = next(s for s in gs.SUITE if s.label == "matmul_fp16_4096")
+    gs.run_one(spec, _args(tmp_path, ",".join(off)), None)
+    df = pd.read_csv(tmp_path / "parts" / "matmul_fp16_4096.csv")
+    assert list(df["method"]) == ["rule", "carver", "carver_best_of_k", "search", "rule[tensor_core=True]",
+                                  "vendor"]
+    used = {ast.literal_eval(c)["tensor_core"] for c in df["config"].dropna()}
+    assert not used & {"wgmma", "wgmma_ws"} and "wgmma_tma" in used, used
+    # the default's template off too: the rule falls back to the next one
     gs.run_one(spec, _args(tmp_path, "wgmma_tma,wgmma_ws"), None)
     df = pd.read_csv(tmp_path / "parts" / "matmul_fp16_4096.csv")
-    assert list(df["method"]) == ["rule", "carver", "carver_best_of_k", "search", "rule[tensor_core=wgmma]",
-                                  "rule[tensor_core=True]", "vendor"]
-    used = {ast.literal_eval(c)["tensor_core"] for c in df["config"].dropna()}
-    assert used == {"wgmma", True}, used
+    assert {ast.literal_eval(c)["tensor_core"] for c in df["config"].dropna()} == {"wgmma", True}
+
+
+def test_templates_turned_off_by_hand_join_those_the_self_check_turns_off(tmp_path: Path) -> None:
+    _, out = suite(tmp_path, "--only", "matmul_fp16_4096", "--disable", "mma_sync")
+    df = pd.read_csv(out / "gpu_suite.csv")
+    assert "rule[tensor_core=True]" not in set(df["method"]) and "rule[tensor_core=wgmma_ws]" in set(df["method"])
+
+
+def test_an_unreadable_part_file_is_reported_not_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gs = _script()
+    (tmp_path / "parts").mkdir()
+
+    def killed_while_writing(cmd: list[str], limit: float) -> tuple[int, str]:
+        (tmp_path / "parts" / "w.csv").write_text("")  # what a writer killed mid-way would leave
+        raise subprocess.TimeoutExpired(cmd, limit)
+
+    monkeypatch.setattr(gs, "run_child", killed_while_writing)
+    rows, what = gs.run_isolated("w", _args(tmp_path), None, 3.0)
+    assert rows is None and what.startswith("timed out after 3 s; its rows are unreadable (")
 
 
 ROWS = pd.DataFrame({"workload": ["w", "w", "w"], "method": ["vendor", "rule", "carver"], "time_us": [10.0, 20.0, 5.0]})

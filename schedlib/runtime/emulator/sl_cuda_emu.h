@@ -9,7 +9,8 @@
 //   sl_emu_block.h   the state of a running block: threads, warps, barriers, register pool
 //   sl_emu_fiber.h   CUDA threads as fibers, block barrier, deadlock detection
 //   sl_emu_memory.h  SL_GLOBAL/SL_SHARED/SL_VLOAD..., checked pointers, atomics
-//   sl_emu_warp.h    named barriers, shuffles, votes, __syncwarp, ldmatrix, mma, cp.async
+//   sl_emu_named_barrier.h  named barriers (bar.sync id, count)
+//   sl_emu_warp.h    shuffles, votes, __syncwarp, ldmatrix, mma, cp.async
 //   sl_emu_wgmma.h   Hopper wgmma.mma_async reading shared memory through matrix descriptors
 //   sl_emu_tma.h     Hopper mbarrier phases and TMA tensor copies into shared memory
 //   sl_emu_launch.h  launch ABI, parameter checks, the OS-thread pool

@@ -1,9 +1,10 @@
 // schedlib CUDA emulator: CUDA threads as user-level fibers, one thread block per OS thread.
 //
-// A block's threads are fibers that run until they wait (block barrier, warp-synchronous op) or
-// exit; a waiting fiber hands control directly to the next ready fiber (one context switch per
-// wait, no scheduler round trip). The last arrival at a barrier releases the others into the ready
-// queue and keeps running. If the ready queue empties while threads still wait, nobody can ever
+// A block's threads are fibers that run until they wait (block or named barrier, warp-synchronous op,
+// mbarrier phase, setmaxnreg) or exit; a waiting fiber hands control directly to the next ready fiber (one
+// context switch per wait, no scheduler round trip). The last arrival at a barrier releases the others into
+// the ready queue and, in a fast run, keeps running (a checked run keeps the block's order: see
+// release_waiting). If the ready queue empties while threads still wait, nobody can ever
 // release them: that is a deadlock and is reported with the kernel, block and waiting threads.
 // Errors raised inside a fiber (bounds, deadlock) switch straight back to the block's scheduler;
 // the abandoned fibers own no resources, their stacks are simply reused. A canary word at the
@@ -91,6 +92,9 @@ inline std::string block_str(const BlockCtx& b) {
 // (cp.async in sl_emu_warp.h, wgmma in sl_emu_wgmma.h).
 [[noreturn]] inline void cp_async_pending_at_exit(BlockCtx* b, Fiber* f);
 [[noreturn]] inline void wgmma_pending_at_exit(BlockCtx* b, Fiber* f);
+// A lane exiting while the rest of its warp waits at a named barrier completes the warp's arrival
+// (sl_emu_warp.h).
+inline void named_barrier_on_exit(BlockCtx* b, Fiber* f);
 
 inline void check_stack(BlockCtx* b, Fiber* f) {
   if (__builtin_expect(*f->canary != kCanary, 0)) stack_overflow(b, f);
@@ -245,6 +249,7 @@ inline const unsigned char* warp_exchange(const void* mine, size_t bytes) {
   if (__builtin_expect(!f->wg_pending.empty(), 0)) wgmma_pending_at_exit(b, f);
   f->state = kExited;
   ++b->exited;
+  named_barrier_on_exit(b, f);
   if (b->qhead != b->qtail) {
     Fiber* next = &b->fibers[b->queue[b->qhead++ & b->qmask]];
     sl_emu_tls_fiber = next;
