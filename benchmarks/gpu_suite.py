@@ -49,10 +49,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import schedlib as sl
 from schedlib.report import compare, markdown_table
+from schedlib.rules.matmul import TEMPLATE_VALUES
 from schedlib.suites import WorkloadSpec
 
 SELFCHECK = "selfcheck"  # the child label of the tensor-core self-check, one child per template
-TEMPLATES = {"wgmma_tma": "wgmma_tma", "wgmma": "wgmma", "wgmma_ws": "wgmma_ws", "mma_sync": True}  # name: knob
+TEMPLATES = TEMPLATE_VALUES  # name: the matmul rule's tensor_core value; self-checked in this order
 METHOD_ORDER = ("rule", "carver", "carver_best_of_k", "search")  # then the rule[...] rows, the vendor last
 # In order of what their targets are worth, so that a call that runs out of budget loses the least: the
 # memory-bound kernels (>= 90% of copy bandwidth), the fused epilogue (>= 1.15x cuBLAS + cupy), the matmuls.
@@ -108,7 +109,8 @@ def run_one(spec: WorkloadSpec, args: argparse.Namespace, ceil: dict[str, float]
     target = target.without_templates(off)
     backend = "estimate" if args.dry_run else "gpu"
     fp16 = spec.params.get("dtype") in ("float16", "bfloat16")
-    templates = [TEMPLATES[n] for n in ("wgmma", "wgmma_ws", "mma_sync") if fp16 and n not in off]
+    # a template turned off is out of the target's space: compare adds no row for it
+    templates = [TEMPLATES[n] for n in ("wgmma", "wgmma_ws", "mma_sync")] if fp16 else []
     steps = [{"methods": ("rule", "vendor"), "templates": templates, "variants": variants(spec)},
              {"methods": ("carver",)}, {"methods": ("search",)}]
     frames = []

@@ -85,13 +85,7 @@ def bfloat16_bits(values: Any, xp: Any = np) -> Any:
 def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
     """Convert ``values`` to the numpy storage of ``dtype``, rounding bfloat16 to nearest even."""
     if dtype == "bfloat16":
-        as_f32 = np.ascontiguousarray(values, dtype=np.float32)
-        bits = as_f32.view(np.uint32).astype(np.uint64)
-        rounding = ((bits >> 16) & 1) + 0x7FFF
-        rounded = ((bits + rounding) >> 16 << 16).astype(np.uint32)
-        nan = np.isnan(as_f32)
-        out = rounded.view(np.float32)
-        return np.where(nan, as_f32, out)
+        return (bfloat16_bits(values).astype(np.uint32) << 16).view(np.float32)
     if is_int(dtype) and np.issubdtype(np.asarray(values).dtype, np.floating):
         # C semantics of a float -> int conversion: truncate toward zero.  NaN and out-of-range values have no
         # defined result in C++ (the GPU saturates, x86 gives INT_MIN); numpy's unspecified one is as good.

@@ -128,10 +128,16 @@ def balanced_tile(M: int, N: int, batch: int, sms: int, tile: tuple[int, int]) -
     return min(candidates, key=lambda t: (cost(*t), -t[0] * t[1], -t[0]))
 
 
+# The tensor-core templates' ``tensor_core`` knob values by the names a profile's ``disabled_templates`` uses
+# (schedlib.hw.profile.TEMPLATE_NAMES), in the order the rule prefers them.
+TEMPLATE_VALUES: dict[str, bool | str] = {"wgmma_tma": wg.TMA_TEMPLATE, "wgmma": wg.INSTRUCTION,
+                                          "wgmma_ws": wg.PRODUCER_TEMPLATE, "mma_sync": True}
+
+
 def _enabled(values: tuple[bool | str, ...], target: Any) -> tuple[bool | str, ...]:
     """The ``tensor_core`` values whose templates the target has not turned off (``disabled_templates``)."""
-    off = target.disabled_templates
-    return tuple(v for v in values if v is False or ("mma_sync" if v is True else v) not in off)
+    off = [TEMPLATE_VALUES[name] for name in target.disabled_templates]
+    return tuple(v for v in values if v is False or v not in off)
 
 
 class MatmulRule(Rule):
