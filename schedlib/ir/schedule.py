@@ -71,7 +71,8 @@ class Trace:
         return int(self.digest()[:16], 16)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Trace) and self.steps == other.steps
+        # By the JSON text, as the hash: Python's ``True == 1`` would make steps that replay differently equal.
+        return isinstance(other, Trace) and self.to_json() == other.to_json()
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -183,7 +184,8 @@ class Schedule:
         self._apply("storage_align", block=block, dim=dim, factor=factor, offset=offset)
 
     def storage_permute(self, block: str, dim: int, factors: Sequence[int], order: Sequence[int]) -> None:
-        self._apply("storage_permute", block=block, dim=dim, factors=list(factors), order=list(order))
+        # Passed as given: the primitive names a non-list argument itself (list("48") would split a string).
+        self._apply("storage_permute", block=block, dim=dim, factors=factors, order=order)
 
     def cache_read(self, block: str, buffer: str | int, scope: str, consumers: Sequence[str] | None = None) -> str:
         if consumers is None:  # traces of single-reader copies keep their old form

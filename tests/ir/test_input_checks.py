@@ -255,10 +255,24 @@ def _plus_one() -> sl.Func:
     return sl.func([A, sl.compute((4, 8), lambda i, j: A[i, j] + 1.0, "C")])
 
 
-def _row_sum() -> sl.Func:
-    A = sl.placeholder((8, 16), "float32", "A")
-    k = sl.reduce_axis(16, "k")
-    return sl.func([A, sl.compute((8,), lambda i: sl.sum(A[i, k], axis=k), "C")])
+def _row_sum(rows: int = 8, cols: int = 16) -> sl.Func:
+    A = sl.placeholder((rows, cols), "float32", "A")
+    k = sl.reduce_axis(cols, "k")
+    return sl.func([A, sl.compute((rows,), lambda i: sl.sum(A[i, k], axis=k), "C")])
+
+
+def _chain() -> sl.Func:
+    A = sl.placeholder((8,), "float32", "A")
+    B = sl.compute((8,), lambda i: A[i] * 2.0, "B")
+    return sl.func([A, sl.compute((8,), lambda i: B[i] + 1.0, "C")])
+
+
+def _relu_epilogue() -> sl.Func:
+    """The output stage of a cache_write, as the reverse_compute_inline docstring shows it."""
+    acc = sl.placeholder((8,), "float32", "C_local")
+    bias = sl.placeholder((8,), "float32", "bias")
+    C = sl.compute((8,), lambda i: acc[i], "C")
+    return sl.func([acc, bias, sl.compute((8,), lambda i: sl.maximum(C[i] + bias[i], 0.0), "D")])
 
 
 def _double_2d() -> sl.Func:
@@ -286,7 +300,22 @@ DOC_EXAMPLES: dict[str, tuple[Callable[[], sl.Schedule], Callable[[sl.Schedule],
     "reverse_compute_at": (lambda: schedule(_vector(64), lambda s: s.cache_write("C", "local"),
                                             lambda s: s.split("C.i", [None, 16])),
                            lambda s: s.reverse_compute_at("C_local", "C.i_0")),
+    "split": (lambda: sl.Schedule(_vector(40)), lambda s: s.split("C.i", [None, 16])),
+    "fuse": (lambda: sl.Schedule(_plus_one()), lambda s: s.fuse("C.i", "C.j")),
+    "cache_read": (lambda: sl.Schedule(_row_sum(64, 32)), lambda s: s.cache_read("C", "A", "shared")),
+    "cache_write": (lambda: sl.Schedule(_row_sum(64, 32)), lambda s: s.cache_write("C", "local")),
+    "compute_at": (lambda: schedule(_row_sum(64, 64), lambda s: s.cache_read("C", "A", "shared"),
+                                    lambda s: s.split("C.k", [8, 8])),
+                   lambda s: s.compute_at("A_shared", "C.k_0")),
+    "compute_inline": (lambda: sl.Schedule(_chain()), lambda s: s.compute_inline("B")),
+    "reverse_compute_inline": (lambda: sl.Schedule(_relu_epilogue()), lambda s: s.reverse_compute_inline("D")),
+    "rfactor": (lambda: schedule(_row_sum(), lambda s: s.split("C.k", [4, 4])), lambda s: s.rfactor("C.k_1")),
+    "decompose_reduction": (lambda: sl.Schedule(_row_sum()), lambda s: s.decompose_reduction("C", "C.k")),
 }
+
+
+def test_every_primitive_has_a_checked_docstring_example() -> None:
+    assert set(DOC_EXAMPLES) == set(PRIMITIVES)
 
 
 @pytest.mark.parametrize("primitive", sorted(DOC_EXAMPLES))

@@ -160,6 +160,11 @@ def _cached() -> sl.Schedule:
     return schedule(sl.workloads.matmul(8, 8, 8), lambda s: s.cache_read("C", "A", "shared"))
 
 
+def _ew_inside_thread_loop() -> sl.Schedule:
+    return schedule(sl.workloads.elementwise((4, 8), ("scale",)), lambda s: s.bind("E0.i0", "threadIdx.x"),
+                    lambda s: s.cache_read("E0", "X", "local"), lambda s: s.compute_at("X_local", "E0.i0"))
+
+
 NAN = float("nan")
 
 NEGATIVE = [
@@ -176,6 +181,9 @@ NEGATIVE = [
            "bind", "loop", "C.i", "exceeds 1024 threads"),
     Reject("bind-tag-taken", _mm_bound, lambda s: s.bind("C.j", "blockIdx.x"), "bind", "thread", "blockIdx.x",
            "already binds C.i to it"),
+    # Regression: accepted, then refused by the build (one thread index cannot stand for two loops).
+    Reject("bind-tag-of-enclosing-loop", _ew_inside_thread_loop, lambda s: s.bind("X_local.ax0", "threadIdx.x"),
+           "bind", "thread", "threadIdx.x", "runs inside E0.i0, which is bound to threadIdx.x, and its axes depend"),
     Reject("bind-no-loop", _mm, lambda s: s.bind("C.z", "blockIdx.x"), "bind", "loop", "C.z", "no such loop"),
     Reject("vectorize-not-innermost", _mm, lambda s: s.vectorize("C.j"), "vectorize", "loop", "C.j",
            "not the innermost"),

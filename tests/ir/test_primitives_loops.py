@@ -245,6 +245,10 @@ NEGATIVE = [
            "is bound to blockIdx.x"),
     Reject("split-vectorized", _ew_vectorized, lambda s: s.split("E0.i1", [None, 2]), "split", "loop", "E0.i1",
            "is vectorized"),
+    # Regression: split dropped a loop's hints (which piece would keep pipeline_stages is ambiguous).
+    Reject("split-annotated", lambda: schedule(sl.workloads.matmul(8, 6, 4),
+                                               lambda s: s.annotate("C.k", "pipeline_stages", 2)),
+           lambda s: s.split("C.k", [2, 2]), "split", "loop", "C.k", "is annotated (pipeline_stages); split before"),
     Reject("split-symbolic-no-none", _sym, lambda s: s.split("C.i", [4, 4]), "split", "factors", [4, 4],
            "cannot cover the symbolic extent n"),
     Reject("split-too-small", _mm, lambda s: s.split("C.i", [2, 3]), "split", "factors", [2, 3],
@@ -265,7 +269,14 @@ NEGATIVE = [
            "adjacent and listed outermost first"),
     Reject("fuse-wrong-order", _mm, lambda s: s.fuse("C.j", "C.i"), "fuse", "loops", ["C.j", "C.i"],
            "adjacent and listed outermost first"),
-    Reject("fuse-bound", _mm_bound, lambda s: s.fuse("C.i", "C.j"), "fuse", "loops", "C.i", "bound or vectorized"),
+    Reject("fuse-bound", _mm_bound, lambda s: s.fuse("C.i", "C.j"), "fuse", "loops", "C.i", "bound, vectorized"),
+    # Regressions: fuse dropped an unroll or a hint of the loops it fused, and let a fused index pass 32 bits.
+    Reject("fuse-unrolled", lambda: schedule(sl.workloads.matmul(8, 6, 4), lambda s: s.unroll("C.j")),
+           lambda s: s.fuse("C.i", "C.j"), "fuse", "loops", "C.j", "unrolled or annotated; fuse before annotating"),
+    Reject("fuse-annotated", lambda: schedule(sl.workloads.matmul(8, 6, 4), lambda s: s.annotate("C.i", "raster", 2)),
+           lambda s: s.fuse("C.i", "C.j"), "fuse", "loops", "C.i", "unrolled or annotated"),
+    Reject("fuse-huge", lambda: sl.Schedule(sl.workloads.matmul(70000, 70000, 4)), lambda s: s.fuse("C.i", "C.j"),
+           "fuse", "loops", ["C.i", "C.j"], "would run 4900000000 iterations, more than 2^31-1"),
     Reject("fuse-attached-inner", _mm_attached_at_j, lambda s: s.fuse("C.j", "C.k"), "fuse", "loops", "C.j",
            "has blocks attached"),
     Reject("reorder-one-loop", _mm, lambda s: s.reorder("C.i"), "reorder", "loops", ["C.i"], "at least two"),
@@ -275,6 +286,9 @@ NEGATIVE = [
            "loops", ["C.k", "B_shared.ax0"], "different blocks"),
     Reject("reorder-across-attachment", _mm_attached_at_j, lambda s: s.reorder("C.k", "C.i"), "reorder",
            "loops", ["C.k", "C.i"], "across C.j, where blocks are attached"),
+    # Regression: reorder moved a vectorized loop outwards; codegen then silently unrolled it.
+    Reject("reorder-vectorized-out", _ew_vectorized, lambda s: s.reorder("E0.i1", "E0.i0"), "reorder", "loops",
+           ["E0.i1", "E0.i0"], "would move vectorized loop E0.i1 out of the innermost place"),
     Reject("reorder-not-str", _mm, lambda s: s.reorder("C.i", None), "reorder", "loops", None,
            "must be a loop name"),
 ]

@@ -84,7 +84,15 @@ def _columns_strided_across_threads() -> sl.Schedule:
     return schedule(sl.workloads.matmul(4, 16, 4), tile)
 
 
+def _ew_split_vectorized() -> sl.Schedule:
+    return schedule(sl.workloads.elementwise((4, 8), ("scale",)), lambda s: s.cache_read("E0", "X", "local"),
+                    lambda s: s.split("E0.i1", [2, 4]), lambda s: s.vectorize("E0.i1_1"))
+
+
 NEGATIVE = [
+    # Regression: accepted, and codegen then dropped the vectorization without a word.
+    Reject("compute-at-vectorized-loop", _ew_split_vectorized, lambda s: s.compute_at("X_local", "E0.i1_1"),
+           "compute_at", "loop", "E0.i1_1", "is vectorized; attach blocks at a loop outside it"),
     Reject("reverse-compute-at-tile-strided-across-threads", _columns_strided_across_threads,
            lambda s: s.reverse_compute_at("C_local", "C.j_1"), "reverse_compute_at", "loop", "C.j_1",
            "spans the tiles of other threads"),

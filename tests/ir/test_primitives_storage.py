@@ -74,6 +74,14 @@ NEGATIVE = [
            "storage_permute", "factors", [4, 2], "multiply to 8, but dimension 1 of B_shared has 16 elements"),
     Reject("storage-permute-order", _cached, lambda s: s.storage_permute("B_shared", 1, [4, 4], [0, 0]),
            "storage_permute", "order", [0, 0], "must be a permutation of 0..1"),
+    # Regression: Schedule.storage_permute called list() on its arguments first (TypeError, or a string
+    # split into characters that the error then named).
+    Reject("storage-permute-factors-int", _cached, lambda s: s.storage_permute("B_shared", 1, 16, [1, 0]),
+           "storage_permute", "factors", 16, "at least two positive integers"),
+    Reject("storage-permute-factors-str", _cached, lambda s: s.storage_permute("B_shared", 1, "44", [1, 0]),
+           "storage_permute", "factors", "44", "at least two positive integers"),
+    Reject("storage-permute-order-none", _cached, lambda s: s.storage_permute("B_shared", 1, [4, 4], None),
+           "storage_permute", "order", None, "must be a permutation of 0..1"),
     Reject("storage-permute-order-mixed", _cached, lambda s: s.storage_permute("B_shared", 1, [4, 4], [1, "a"]),
            "storage_permute", "order", [1, "a"], "must be a permutation of 0..1"),
 ]
@@ -82,3 +90,33 @@ NEGATIVE = [
 @pytest.mark.parametrize("case", NEGATIVE, ids=lambda c: c.id)
 def test_rejections(case: Reject) -> None:
     case.check()
+
+
+@pytest.mark.parametrize("placement", ["compute_at", "reverse_compute_at"])
+def test_a_permuted_dim_stays_whole_when_the_buffer_is_compacted(placement: str) -> None:
+    """Regression: compaction kept the permute entry, whose factors describe the old extent, so the kernel
+    indexed past the smaller allocation (an out-of-bounds shared/local access)."""
+    if placement == "compute_at":
+        A = sl.placeholder((8, 16), "float32", "A")
+        k = sl.reduce_axis(16, "k")
+        C = sl.compute((8,), lambda i: sl.sum(A[i, k], axis=k), "C")
+        s = sl.Schedule(sl.func([A, C]))
+        s.cache_read("C", "A", "shared")
+        s.storage_permute("A_shared", 1, [4, 4], [1, 0])
+        s.split("C.k", [4, 4])
+        s.compute_at("A_shared", "C.k_0")
+        name, whole_dim = "A_shared", 1
+    else:
+        A = sl.placeholder((4, 16), "float32", "A")
+        C = sl.compute((4, 16), lambda i, j: A[i, j] * 2.0, "C")
+        s = sl.Schedule(sl.func([A, C]))
+        s.cache_write("C", "shared")  # block C now writes C_shared; block C_shared copies it out to C
+        s.storage_permute("C", 1, [4, 4], [1, 0])
+        s.split("C.j", [4, 4])
+        s.reverse_compute_at("C_shared", "C.j_0")  # one iteration writes 4 of a row's 16 elements
+        name, whole_dim = "C_shared", 1
+    buf = s.func.buffer(name)
+    assert buf.permute == ((whole_dim, (4, 4), (1, 0)),)
+    # the other dim is compacted to the one row an iteration touches; the permuted one keeps its 16
+    assert [int(e.value) for e in buf.shape] == [1, 16], buf
+    assert_same_result(s.original, s)

@@ -64,6 +64,18 @@ def test_digest_depends_on_the_steps_only() -> None:
     assert len(b.trace) == len(a.trace) + 1
 
 
+def test_equal_traces_hash_alike_and_true_is_not_one() -> None:
+    """Regression: ``==`` compared Python values (``True == 1``) while the hash read the JSON text, so two
+    traces could be equal with different hashes, and steps that replay differently compared equal."""
+    a, b, c = (sl.Schedule(sl.workloads.matmul(8, 8, 8)) for _ in range(3))
+    a.annotate("C", "note", True)
+    b.annotate("C", "note", 1)
+    c.annotate("C", "note", True)
+    assert a.trace != b.trace
+    assert a.trace == c.trace and hash(a.trace) == hash(c.trace)
+    assert len({a.trace, b.trace, c.trace}) == 2
+
+
 def test_trace_text_lists_calls_and_results() -> None:
     s = sl.Schedule(sl.workloads.reduce(4, 8))
     s.split("R.r", [None, 4])

@@ -13,6 +13,7 @@ from schedlib.ir.expr import as_int
 from schedlib.ir.func import THREAD_TAGS, Func
 from schedlib.ir.primitives.common import fail, get_loop
 from schedlib.ir.primitives.pipeline import DOUBLE_BUFFER
+from schedlib.ir.simplify import free_vars
 
 MAX_VECTOR = 16
 MAX_THREADS = 1024
@@ -74,6 +75,13 @@ def bind(func: Func, loop: str, thread: str) -> tuple[Func, None]:
     for other in owner.loops:
         if other.thread == thread:
             fail(prim, "thread", thread, f"block {owner.name} already binds {other.name} to it")
+    # A block inside another block's thread loop may bind the same tag again (a cooperative copy spreads
+    # its own elements over the threads) only if its axes do not depend on that outer loop: one thread
+    # index cannot stand for both loops at once.
+    for _, outer in func.enclosing_loops(owner):
+        if outer.thread == thread and any(outer.name in free_vars(b) for b in owner.bindings):
+            fail(prim, "thread", thread, f"block {owner.name} runs inside {outer.name}, which is bound to "
+                 f"{thread}, and its axes depend on {outer.name}; bind another tag")
     return _replace_loop(func, loop, thread=thread), None
 
 

@@ -13,7 +13,9 @@ from schedlib.ir.simplify import rename_buffer
 
 def _copy_block(func: Func, name: str, src: Buffer, dst: str) -> Block:
     """A block copying every element of ``src`` into ``dst`` (same shape), one loop per dimension."""
-    axes = tuple(Axis(f"ax{d}", ext, "S") for d, ext in enumerate(src.shape))
+    # An axis named like a symbolic size ($ax1) would be substituted for that size in the generated code.
+    symbols = set(func.symbols)
+    axes = tuple(Axis(func.fresh_name(f"ax{d}", symbols), ext, "S") for d, ext in enumerate(src.shape))
     taken = func.all_loop_names()
     loops = tuple(Loop(func.fresh_name(f"{name}.ax{d}", taken), ext) for d, ext in enumerate(src.shape))
     idx = tuple(Var(a.name) for a in axes)
@@ -50,6 +52,7 @@ def cache_read(func: Func, block: str, buffer: str | int, scope: str,
         for C.i in range(64):
           for C.k in range(32):
             block C SR (i=C.i, k=C.k):
+              init C[i] = 0.0
               C[i] += A[i, k]
 
     After::
@@ -62,6 +65,7 @@ def cache_read(func: Func, block: str, buffer: str | int, scope: str,
         for C.i in range(64):
           for C.k in range(32):
             block C SR (i=C.i, k=C.k):
+              init C[i] = 0.0
               C[i] += A_shared[i, k]
     """
     prim = "cache_read"

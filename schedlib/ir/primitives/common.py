@@ -120,3 +120,12 @@ def check_dependencies(func: Func, primitive: str, argument: str, value: Any) ->
                 if prod.name != blk.name and position[prod.name] > position[blk.name]:
                     fail(primitive, argument, value,
                          f"block {blk.name} would run before {prod.name}, which produces {buf}")
+
+
+def check_single_producer(func: Func, prim: str, blk: Block) -> None:
+    """A block sharing its buffer with another producer (a reduction and its decomposed init) cannot move or
+    vanish on its own: the other producer would then run at the wrong time or write a removed buffer."""
+    others = [b.name for b in func.producers(blk.store) if b.name != blk.name]
+    if others:
+        fail(prim, "block", blk.name, f"{blk.store} is also written by {', '.join(others)}; "
+             "schedule it before decompose_reduction")

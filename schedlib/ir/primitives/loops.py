@@ -55,6 +55,8 @@ def split(func: Func, loop: str, factors: Sequence[int | None]) -> tuple[Func, l
             fail(prim, "factors", factors, f"factor {f} exceeds 2^31-1; loop variables are 32-bit ints")
     if lp.thread or lp.vectorized:
         fail(prim, "loop", loop, f"is {'bound to ' + lp.thread if lp.thread else 'vectorized'}; split it first")
+    if lp.annotations:  # a hint (pipeline_stages, raster) names one loop; which piece keeps it is ambiguous
+        fail(prim, "loop", loop, f"is annotated ({', '.join(k for k, _ in lp.annotations)}); split before annotating")
     known = prod(f for f in factors if f is not None)
     if known > INT32_MAX:
         fail(prim, "factors", factors, f"product {known} exceeds 2^31-1; the split index would overflow 32 bits")
@@ -123,8 +125,9 @@ def fuse(func: Func, loops: Sequence[str]) -> tuple[Func, str]:
         fail(prim, "loops", list(loops), "must be adjacent and listed outermost first")
     for name, (_, i) in zip(loops, owners):
         lp = block.loops[i]
-        if lp.thread or lp.vectorized:
-            fail(prim, "loops", name, "is bound or vectorized; fuse before annotating")
+        if lp.thread or lp.vectorized or lp.unrolled or lp.annotations:
+            # one loop's way of running (or its hint) would silently apply to the others, or be lost
+            fail(prim, "loops", name, "is bound, vectorized, unrolled or annotated; fuse before annotating")
     for name in loops[:-1]:
         if func.attached_at(block.name, name):
             fail(prim, "loops", name, "has blocks attached to it; fusing would move them")
@@ -132,6 +135,11 @@ def fuse(func: Func, loops: Sequence[str]) -> tuple[Func, str]:
     fused_extent: Expr = Const(1)
     for e in extents:
         fused_extent = binary("*", fused_extent, e)
+    sizes = [as_int(e) for e in extents]
+    total = None if None in sizes else prod(sizes)
+    if total is not None and total > INT32_MAX:
+        fail(prim, "loops", list(loops), f"the fused loop would run {total} iterations, more than 2^31-1; "
+             "its index would overflow 32 bits")
     taken = func.all_loop_names()
     fused = fresh_loop(func, block.name, "_".join(short(n) for n in loops) + "_fused", taken)
     fvar = Loop(fused, fused_extent).var
@@ -184,6 +192,9 @@ def reorder(func: Func, loops: Sequence[str]) -> tuple[Func, None]:
     by_name = {lp.name: lp for lp in block.loops}
     for slot, name in zip(slots, loops):
         new[slot] = by_name[name]
+    for lp in new[:-1]:
+        if lp.vectorized:  # vectorize accepts only the innermost loop, and codegen relies on it
+            fail(prim, "loops", list(loops), f"would move vectorized loop {lp.name} out of the innermost place")
     for i, lp in enumerate(block.loops):
         if func.attached_at(block.name, lp.name):
             if new[i].name != lp.name or {x.name for x in new[:i]} != {x.name for x in block.loops[:i]}:

@@ -1,4 +1,4 @@
-"""Placement primitives: compute_at, reverse_compute_at, compute_inline, reverse_compute_inline.
+"""Placement primitives: compute_at and reverse_compute_at attach a block under another block's loop.
 
 Moving a block under a loop regenerates its loops over the region it must cover there (see
 :mod:`schedlib.ir.region`).  A shared/local buffer whose every access then lies under that loop is
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from schedlib.ir.expr import Expr, Load, Var, as_int
-from schedlib.ir.func import Attach, Block, Func, Loop
+from schedlib.ir.expr import Const, Expr, Var, as_int
+from schedlib.ir.func import Attach, Block, Buffer, Func, Loop
 from schedlib.ir.primitives.common import (
     bound_guard,
     check_dependencies,
+    check_single_producer,
     fail,
     get_block,
     get_loop,
@@ -25,7 +26,6 @@ from schedlib.ir.simplify import (
     conjunction,
     free_vars,
     loads,
-    map_children,
     rename_buffer,
     simplify,
     substitute,
@@ -49,20 +49,13 @@ def _check_movable(func: Func, prim: str, blk: Block, host: Block, loop: str) ->
     # An attached block may read a buffer compacted under a loop of its host (``C_local[i - C.i_0 * 8]``);
     # it can only move where every such loop still encloses it.
     idx = host.loop_index(loop)
+    if host.loops[idx].vectorized:  # one wide access per iteration has no room for a block's statements
+        fail(prim, "loop", loop, "is vectorized; attach blocks at a loop outside it")
     enclosing = {lp.name for lp in func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]}
     outer = free_vars(blk.value) - {a.name for a in blk.axes} - set(func.symbols) - enclosing
     if outer:
         fail(prim, "loop", loop, f"block {blk.name} indexes a buffer through loop(s) {', '.join(sorted(outer))}, "
              "which would not enclose it there")
-
-
-def _check_single_producer(func: Func, prim: str, blk: Block) -> None:
-    """A block sharing its buffer with another producer (a reduction and its decomposed init) cannot move or
-    vanish on its own: the other producer would then run at the wrong time or write a removed buffer."""
-    others = [b.name for b in func.producers(blk.store) if b.name != blk.name]
-    if others:
-        fail(prim, "block", blk.name, f"{blk.store} is also written by {', '.join(others)}; "
-             "schedule it before decompose_reduction")
 
 
 def _fixed_loops(func: Func, host: Block, idx: int, scope: str) -> set[str]:
@@ -127,14 +120,16 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
 
     Before ``compute_at(f, "A_shared", "C.k_0")``::
 
+        alloc A_shared: float32[64, 64] shared
         for A_shared.ax0 in range(64):
           for A_shared.ax1 in range(64):
-            block A_shared SS (...):
+            block A_shared SS (ax0=A_shared.ax0, ax1=A_shared.ax1):
               A_shared[ax0, ax1] = A[ax0, ax1]
         for C.i in range(64):
           for C.k_0 in range(8):
             for C.k_1 in range(8):
               block C SR (i=C.i, k=C.k_0 * 8 + C.k_1):
+                init C[i] = 0.0
                 C[i] += A_shared[i, k]
 
     After (A_shared is compacted to the 1x8 tile read per iteration)::
@@ -148,6 +143,7 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
                   A_shared[A_shared.ax0, A_shared.ax1] = A[ax0, ax1]
             for C.k_1 in range(8):
               block C SR (i=C.i, k=C.k_0 * 8 + C.k_1):
+                init C[i] = 0.0
                 C[i] += A_shared[i - C.i, k - C.k_0 * 8]
     """
     prim = "compute_at"
@@ -157,7 +153,7 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     buf = func.buffer(blk.store)
     if buf.name in func.outputs:
         fail(prim, "block", block, f"writes output {buf.name}; only intermediate stages can move inward")
-    _check_single_producer(func, prim, blk)
+    check_single_producer(func, prim, blk)
     spatial = [a for a in blk.axes if a.kind == "S"]
     inside = func.subtree(host.name, idx)
     consumers = [c for c in func.consumers(buf.name) if c.name != block]
@@ -172,14 +168,16 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     moved = _regenerate(func, blk, {a.name: r for a, r in zip(spatial, region)}, Attach(host.name, loop, "before"))
     out = func.with_block(moved)
     if buf.scope != "global":
-        bases = [r[0] for r in region]
+        whole = _permuted_dims(buf)
+        bases = [Const(0) if d in whole else r[0] for d, r in enumerate(region)]
         s_loops = [lp for a, lp in zip(moved.axes, moved.loops) if a.kind == "S"]
-        out = out.with_block(replace(moved, store_indices=tuple(lp.var for lp in s_loops)))
+        store = tuple(moved.store_indices[d] if d in whole else lp.var for d, lp in enumerate(s_loops))
+        out = out.with_block(replace(moved, store_indices=store))
         for c in consumers:
             c = out.block(c.name)
             value = rename_buffer(c.value, buf.name, buf.name, lambda ix, bases=bases: _shift(ix, bases))
             out = out.with_block(replace(c, value=value))
-        out = out.with_buffer(replace(buf, shape=tuple(r[1] for r in region)))
+        out = out.with_buffer(replace(buf, shape=_compacted_shape(buf, region)))
     out = normalize(out)
     check_dependencies(out, prim, "block", block)
     return out, None
@@ -220,7 +218,7 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     blk = get_block(func, prim, block)
     host, idx = get_loop(func, prim, loop)
     _check_movable(func, prim, blk, host, loop)
-    _check_single_producer(func, prim, blk)
+    check_single_producer(func, prim, blk)
     buf = func.buffer(host.store)
     reads = [ld for ld in loads(blk.value) if ld.buffer == buf.name]
     if not reads:
@@ -269,128 +267,24 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     # Other writers (a decomposed init) keep the buffer's full indexing, so it stays whole with them.
     sole_writer = [p.name for p in func.producers(buf.name)] == [host.name]
     if buf.scope != "global" and not others and buf.name not in func.outputs and exact and sole_writer:
-        bases = [r[0] for r in region]
+        whole = _permuted_dims(buf)
+        bases = [Const(0) if d in whole else r[0] for d, r in enumerate(region)]
         writer = out.block(host.name)
         out = out.with_block(replace(writer, store_indices=_shift(writer.store_indices, bases)))
         moved = out.block(block)
         value = rename_buffer(moved.value, buf.name, buf.name, lambda ix: _shift(ix, bases))
         out = out.with_block(replace(moved, value=value))
-        out = out.with_buffer(replace(buf, shape=tuple(r[1] for r in region)))
+        out = out.with_buffer(replace(buf, shape=_compacted_shape(buf, region)))
     out = normalize(out)
     check_dependencies(out, prim, "block", block)
     return out, None
 
 
-def _inline_loads(e: Expr, buffer: str, producer: Block) -> Expr:
-    """Replace loads of ``buffer`` in ``e`` by the producer's value at the loaded index."""
-    names = [a.name for a in producer.axes]
-
-    def go(x: Expr) -> Expr:
-        if isinstance(x, Load) and x.buffer == buffer:
-            idx = [go(i) for i in x.indices]
-            return substitute(producer.value, dict(zip(names, idx)))
-        return map_children(x, go)
-
-    return go(e)
+def _permuted_dims(buf: Buffer) -> set[int]:
+    """Dimensions a storage_permute reorders: their digits describe the whole extent, so they stay whole."""
+    return {d for d, _, _ in buf.permute}
 
 
-def _check_standalone(func: Func, prim: str, blk: Block) -> None:
-    if blk.reducer is not None:
-        fail(prim, "block", blk.name, f"is a reduction ({blk.kinds}); only spatial blocks can be inlined")
-    if blk.attach is not None or func.attached_to(blk.name):
-        fail(prim, "block", blk.name, "is attached or has blocks attached; inline before compute_at")
-
-
-def compute_inline(func: Func, block: str) -> tuple[Func, None]:
-    """Substitute a spatial block's expression into its consumers and remove it.
-
-    Before ``compute_inline(f, "B")``::
-
-        for B.i in range(8):
-          block B S (i=B.i):
-            B[i] = A[i] * 2.0
-        for C.i in range(8):
-          block C S (i=C.i):
-            C[i] = B[i] + 1.0
-
-    After::
-
-        for C.i in range(8):
-          block C S (i=C.i):
-            C[i] = A[i] * 2.0 + 1.0
-    """
-    prim = "compute_inline"
-    blk = get_block(func, prim, block)
-    _check_standalone(func, prim, blk)
-    buf = func.buffer(blk.store)
-    if buf.name in func.outputs:
-        fail(prim, "block", block, f"writes output {buf.name}, which must be stored")
-    _check_single_producer(func, prim, blk)
-    if tuple(blk.store_indices) != tuple(Var(a.name) for a in blk.axes):
-        fail(prim, "block", block, "does not store at its plain axes")
-    if buf.name in {ld.buffer for ld in loads(blk.value)}:
-        fail(prim, "block", block, "reads its own output")
-    blocks = []
-    for b in func.blocks:
-        if b.name == block:
-            continue
-        if buf.name in b.read_buffers:
-            b = replace(b, value=_inline_loads(b.value, buf.name, blk))
-        blocks.append(b)
-    out = replace(func, blocks=tuple(blocks), buffers=tuple(x for x in func.buffers if x.name != buf.name),
-                  _index={})
-    return normalize(out), None
-
-
-def reverse_compute_inline(func: Func, block: str) -> tuple[Func, None]:
-    """Fold a spatial consumer into its producer's store and remove it (e.g. an epilogue into a write-back).
-
-    Before ``reverse_compute_inline(f, "D")``::
-
-        for C.i in range(8):
-          block C S (i=C.i):
-            C[i] = C_local[i]
-        for D.i in range(8):
-          block D S (i=D.i):
-            D[i] = max(C[i] + bias[i], 0.0)
-
-    After::
-
-        for C.i in range(8):
-          block C S (i=C.i):
-            D[i] = max(C_local[i] + bias[i], 0.0)
-    """
-    prim = "reverse_compute_inline"
-    blk = get_block(func, prim, block)
-    _check_standalone(func, prim, blk)
-    produced = [b for b in blk.read_buffers if func.producers(b)]
-    if len(produced) != 1:
-        fail(prim, "block", block, f"must read exactly one computed buffer, reads {produced}")
-    buf = func.buffer(produced[0])
-    producers = func.producers(buf.name)
-    if len(producers) != 1:
-        fail(prim, "block", block, f"{buf.name} has several producers ({', '.join(p.name for p in producers)})")
-    (producer,) = producers
-    if producer.reducer is not None:
-        fail(prim, "block", block, f"its producer {producer.name} is a reduction; cache_write it first")
-    if buf.name in func.outputs or [c.name for c in func.consumers(buf.name)] != [block]:
-        fail(prim, "block", block, f"{buf.name} has other readers or is an output")
-    reads = [ld for ld in loads(blk.value) if ld.buffer == buf.name]
-    index = reads[0].indices
-    names = [a.name for a in blk.axes]
-    if any(ld.indices != index for ld in reads) or sorted(
-            i.name for i in index if isinstance(i, Var)) != sorted(names) or len(index) != len(names):
-        fail(prim, "block", block, f"must read {buf.name} at a permutation of its axes, reads {reads[0]}")
-    for d, (ix, dim) in enumerate(zip(index, buf.shape)):
-        extent = blk.axis(ix.name).extent
-        if extent != dim:
-            fail(prim, "block", block, f"axis {ix.name} spans {extent} but reads dim {d} of {buf.name}, which "
-                 f"has {dim}; the producer's iteration domain would not match")
-    mapping = {ix.name: p for ix, p in zip(index, producer.store_indices)}
-    # Rename the consumer's axes first, so producer axes that share their names are never captured.
-    value = _inline_loads(substitute(blk.value, mapping), buf.name, replace(producer, axes=()))
-    new_producer = replace(producer, store=blk.store,
-                           store_indices=tuple(substitute(i, mapping) for i in blk.store_indices), value=value)
-    blocks = tuple(new_producer if b.name == producer.name else b for b in func.blocks if b.name != block)
-    out = replace(func, blocks=blocks, buffers=tuple(x for x in func.buffers if x.name != buf.name), _index={})
-    return normalize(out), None
+def _compacted_shape(buf: Buffer, region: list[tuple[Expr, Expr]]) -> tuple[Expr, ...]:
+    whole = _permuted_dims(buf)
+    return tuple(buf.shape[d] if d in whole else r[1] for d, r in enumerate(region))

@@ -1,0 +1,127 @@
+"""Inlining primitives: compute_inline and reverse_compute_inline fold a spatial block into its neighbour."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from schedlib.ir.expr import Expr, Load, Var
+from schedlib.ir.func import Block, Func
+from schedlib.ir.primitives.common import check_single_producer, fail, get_block, normalize
+from schedlib.ir.simplify import loads, map_children, substitute
+
+
+def _inline_loads(e: Expr, buffer: str, producer: Block) -> Expr:
+    """Replace loads of ``buffer`` in ``e`` by the producer's value at the loaded index."""
+    names = [a.name for a in producer.axes]
+
+    def go(x: Expr) -> Expr:
+        if isinstance(x, Load) and x.buffer == buffer:
+            idx = [go(i) for i in x.indices]
+            return substitute(producer.value, dict(zip(names, idx)))
+        return map_children(x, go)
+
+    return go(e)
+
+
+def _check_standalone(func: Func, prim: str, blk: Block) -> None:
+    if blk.reducer is not None:
+        fail(prim, "block", blk.name, f"is a reduction ({blk.kinds}); only spatial blocks can be inlined")
+    if blk.attach is not None or func.attached_to(blk.name):
+        fail(prim, "block", blk.name, "is attached or has blocks attached; inline before compute_at")
+
+
+def compute_inline(func: Func, block: str) -> tuple[Func, None]:
+    """Substitute a spatial block's expression into its consumers and remove it.
+
+    Before ``compute_inline(f, "B")``::
+
+        alloc B: float32[8] global
+        for B.i in range(8):
+          block B S (i=B.i):
+            B[i] = A[i] * 2.0
+        for C.i in range(8):
+          block C S (i=C.i):
+            C[i] = B[i] + 1.0
+
+    After::
+
+        for C.i in range(8):
+          block C S (i=C.i):
+            C[i] = A[i] * 2.0 + 1.0
+    """
+    prim = "compute_inline"
+    blk = get_block(func, prim, block)
+    _check_standalone(func, prim, blk)
+    buf = func.buffer(blk.store)
+    if buf.name in func.outputs:
+        fail(prim, "block", block, f"writes output {buf.name}, which must be stored")
+    check_single_producer(func, prim, blk)
+    if tuple(blk.store_indices) != tuple(Var(a.name) for a in blk.axes):
+        fail(prim, "block", block, "does not store at its plain axes")
+    if buf.name in {ld.buffer for ld in loads(blk.value)}:
+        fail(prim, "block", block, "reads its own output")
+    blocks = []
+    for b in func.blocks:
+        if b.name == block:
+            continue
+        if buf.name in b.read_buffers:
+            b = replace(b, value=_inline_loads(b.value, buf.name, blk))
+        blocks.append(b)
+    out = replace(func, blocks=tuple(blocks), buffers=tuple(x for x in func.buffers if x.name != buf.name),
+                  _index={})
+    return normalize(out), None
+
+
+def reverse_compute_inline(func: Func, block: str) -> tuple[Func, None]:
+    """Fold a spatial consumer into its producer's store and remove it (e.g. an epilogue into a write-back).
+
+    Before ``reverse_compute_inline(f, "D")``::
+
+        alloc C: float32[8] global
+        for C.i in range(8):
+          block C S (i=C.i):
+            C[i] = C_local[i]
+        for D.i in range(8):
+          block D S (i=D.i):
+            D[i] = max(C[i] + bias[i], 0.0)
+
+    After::
+
+        for C.i in range(8):
+          block C S (i=C.i):
+            D[i] = max(C_local[i] + bias[i], 0.0)
+    """
+    prim = "reverse_compute_inline"
+    blk = get_block(func, prim, block)
+    _check_standalone(func, prim, blk)
+    produced = [b for b in blk.read_buffers if func.producers(b)]
+    if len(produced) != 1:
+        fail(prim, "block", block, f"must read exactly one computed buffer, reads {produced}")
+    buf = func.buffer(produced[0])
+    producers = func.producers(buf.name)
+    if len(producers) != 1:
+        fail(prim, "block", block, f"{buf.name} has several producers ({', '.join(p.name for p in producers)})")
+    (producer,) = producers
+    if producer.reducer is not None:
+        fail(prim, "block", block, f"its producer {producer.name} is a reduction; cache_write it first")
+    if buf.name in func.outputs or [c.name for c in func.consumers(buf.name)] != [block]:
+        fail(prim, "block", block, f"{buf.name} has other readers or is an output")
+    reads = [ld for ld in loads(blk.value) if ld.buffer == buf.name]
+    index = reads[0].indices
+    names = [a.name for a in blk.axes]
+    if any(ld.indices != index for ld in reads) or sorted(
+            i.name for i in index if isinstance(i, Var)) != sorted(names) or len(index) != len(names):
+        fail(prim, "block", block, f"must read {buf.name} at a permutation of its axes, reads {reads[0]}")
+    for d, (ix, dim) in enumerate(zip(index, buf.shape)):
+        extent = blk.axis(ix.name).extent
+        if extent != dim:
+            fail(prim, "block", block, f"axis {ix.name} spans {extent} but reads dim {d} of {buf.name}, which "
+                 f"has {dim}; the producer's iteration domain would not match")
+    mapping = {ix.name: p for ix, p in zip(index, producer.store_indices)}
+    # Rename the consumer's axes first, so producer axes that share their names are never captured.
+    value = _inline_loads(substitute(blk.value, mapping), buf.name, replace(producer, axes=()))
+    new_producer = replace(producer, store=blk.store,
+                           store_indices=tuple(substitute(i, mapping) for i in blk.store_indices), value=value)
+    blocks = tuple(new_producer if b.name == producer.name else b for b in func.blocks if b.name != block)
+    out = replace(func, blocks=blocks, buffers=tuple(x for x in func.buffers if x.name != buf.name), _index={})
+    return normalize(out), None
