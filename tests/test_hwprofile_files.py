@@ -180,3 +180,28 @@ def test_a_path_entry_that_is_not_a_directory_is_reported(tmp_path: Path, monkey
     monkeypatch.setenv("SCHEDLIB_HWPROFILE_PATH", str(missing))
     with pytest.warns(ProfileWarning, match=f"names {missing}, which is not a directory; no profiles are read"):
         assert hw.load(H100_NAME).key == "h100"  # the built-in profiles are still found
+
+
+def test_numbers_read_as_yaml_1_2_writes_them(user_dir: Path) -> None:
+    """Regression: PyYAML's YAML 1.1 rules read `3.35e3` as a string (the exponent needs a dot and a
+    sign there) and `2:12` as 132 (base 60)."""
+    (user_dir / "h100.yaml").write_text(H100_TEXT.replace("dram: 3350", "dram: 3.35e3"))
+    assert hw.load("h100").bandwidth_gbs.dram == 3350.0
+    (user_dir / "h100.yaml").write_text(H100_TEXT.replace("sm_count: 132", "sm_count: 2:12"))
+    with pytest.raises(ProfileError, match=r"sm_count.*'2:12'"):
+        hw.load("h100")
+
+
+def test_the_carver_follows_a_profile_directory_added_later(user_dir: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the carver remembered a profile per name only, so a user directory set after a first
+    call (shadowing the built-in h100, as for hw.load) went unseen."""
+    import schedlib as sl
+
+    f = sl.workloads.gemv(4096, 4096, "float16")
+    config = sl.rules.get_rule("gemv").default_config(f, hw.load("h100"))
+    monkeypatch.delenv("SCHEDLIB_HWPROFILE_PATH")
+    before = sl.carver.estimate(f, "h100", config)["t_dram_us"]
+    (user_dir / "h100.yaml").write_text(H100_TEXT.replace("dram: 3350", "dram: 335"))
+    monkeypatch.setenv("SCHEDLIB_HWPROFILE_PATH", str(user_dir))
+    assert sl.carver.estimate(f, "h100", config)["t_dram_us"] == pytest.approx(10 * before)

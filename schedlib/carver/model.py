@@ -6,14 +6,14 @@ separate neighbouring tiles in practice: how many blocks an SM can hold (occupan
 hiding) and how the last wave of blocks fills the machine.  So the time is built per SM, one *round*
 of co-resident blocks at a time:
 
-    round(k blocks on each of a active SMs) = max(
+    round(n blocks, at most k on one SM) = max(
         k * compute per block / SM peak,               # issue throughput
-        k * DRAM bytes per block / (DRAM bw / a),      # each active SM's share of DRAM
-        k * L2 bytes per block / (L2 bw / a),          # ... and of L2
+        n * DRAM bytes per block / DRAM bw,            # DRAM serves every block of the round
+        n * L2 bytes per block / L2 bw,                # ... and so does L2
         k * shared+L1 bytes per block / SM port bw,    # the SM's own load/store port
         one block's dependent latency chain)           # memory round trips + dependent FMAs
 
-    time = full_waves * round(blocks_per_sm, all SMs) + round(tail blocks per SM, tail SMs)
+    time = full_waves * round(blocks_per_sm x SMs, blocks_per_sm) + round(tail blocks, ceil(tail / SMs))
 
 The last term is the wave effect: a partial last wave costs a whole round but its blocks run with fewer
 neighbours.  The latency term makes low occupancy and shallow pipelines visible: a block that loads a
@@ -237,14 +237,17 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     if bps > 0:
         slots = bps * sm
         full, rest = divmod(grid, slots)
-        rounds = [(full, bps, sm)] if full else []
+        # (rounds, blocks on the busiest SM, blocks in the round): an SM's compute and port serve its own
+        # blocks one after another, while DRAM and L2 serve every block of the round, and a tail round has
+        # only ``rest`` of them (ceil(rest / sm) on its busiest SMs, fewer on the others).
+        rounds = [(full, bps, slots)] if full else []
         if rest:
-            rounds.append((1, -(-rest // sm), min(rest, sm)))
+            rounds.append((1, -(-rest // sm), rest))
         totals = dict.fromkeys(LEVEL_NAMES, 0.0)
         time = 0.0
-        for count, k, active in rounds:
-            terms = {"compute": k * per_block["compute"], "dram": k * active * per_block["dram"],
-                     "l2": k * active * per_block["l2"], "shared": k * per_block["shared"], "latency": floor}
+        for count, k, blocks in rounds:
+            terms = {"compute": k * per_block["compute"], "dram": blocks * per_block["dram"],
+                     "l2": blocks * per_block["l2"], "shared": k * per_block["shared"], "latency": floor}
             time += count * max(terms.values())
             for name, v in terms.items():
                 totals[name] += count * v

@@ -20,7 +20,7 @@ from schedlib.carver.enumerate import EXHAUSTIVE_LIMIT, GROWTH_BUDGET, exhaustiv
 from schedlib.carver.model import evaluate, reason
 from schedlib.carver.problem import Problem, analyze, bind_symbolic
 from schedlib.errors import ScheduleError
-from schedlib.hw import HardwareProfile, resolve
+from schedlib.hw import ENV_PATH, HardwareProfile, resolve
 from schedlib.ir.func import Func, require_func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules import find_rule, get_rule
@@ -30,8 +30,9 @@ METHODS = ("auto", "exhaustive", "grow")
 _CONTEXTS: OrderedDict[tuple, _Context] = OrderedDict()
 _MAX_CONTEXTS = 32
 _LOCK = threading.Lock()
-_PROFILES: dict[str, HardwareProfile] = {}
-_PROFILE_STAMPS: dict[str, tuple[int, int] | None] = {}
+# keyed by (target, $SCHEDLIB_HWPROFILE_PATH, working directory): see _profile
+_PROFILES: dict[tuple[str, str, str], HardwareProfile] = {}
+_PROFILE_STAMPS: dict[tuple[str, str, str], tuple[int, int] | None] = {}
 
 
 class _Context:
@@ -98,18 +99,28 @@ def _resolve_rule(func: Func, profile: HardwareProfile, rule: Rule | str | None)
 
 def _profile(target: Any) -> HardwareProfile:
     """``resolve(target)``, remembered per target name: resolving a name scans the profile directories,
-    which would dominate an ``estimate`` call.  A remembered profile is dropped when its file changes."""
+    which would dominate an ``estimate`` call.  A remembered profile is dropped when its file changes; the
+    key includes what a name resolves against (the search path, the working directory for a relative path),
+    so a profile directory added later shadows a built-in as it does for ``hw.load``."""
     if isinstance(target, HardwareProfile):
         return target
-    key = os.fspath(target) if isinstance(target, (str, os.PathLike)) else None
-    if key is None or key.strip().lower() == "auto":
+    name = os.fspath(target) if isinstance(target, (str, os.PathLike)) else None
+    if name is None or name.strip().lower() == "auto":
         return resolve(target)
+    key = (name, os.environ.get(ENV_PATH, ""), _cwd())
     hit = _PROFILES.get(key)
     if hit is not None and _stamp(hit.origin) == _PROFILE_STAMPS.get(key):
         return hit
     profile = resolve(target)
     _PROFILES[key], _PROFILE_STAMPS[key] = profile, _stamp(profile.origin)
     return profile
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # a removed working directory: relative paths resolve to nothing there anyway
+        return ""
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

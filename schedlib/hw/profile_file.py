@@ -12,6 +12,7 @@ import builtins
 import functools
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,21 @@ class _StrictLoader(yaml.SafeLoader):
             return super().construct_object(node, deep=deep)
         except (ValueError, TypeError, OverflowError) as exc:
             raise ConstructorError(None, None, f"bad value: {exc}", node.start_mark) from exc
+
+
+# Numbers as YAML 1.2 reads them, which is what people write: PyYAML's YAML 1.1 rules take `1e4` and
+# `3.35e3` for strings (an exponent needs a dot and a sign there) and read `2:12` as 132 (base 60).
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.add_implicit_resolver(_INT_TAG, re.compile(r"^(?:[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+)$"),
+                                    list("-+0123456789"))
+_StrictLoader.add_implicit_resolver(
+    _FLOAT_TAG,
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
 
 
 def _json_object(path: Path, pairs: builtins.list[tuple[str, Any]]) -> dict[str, Any]:
