@@ -9,7 +9,14 @@ from __future__ import annotations
 import math
 
 from schedlib.carver.problem import Problem
-from schedlib.carver.traffic import Geometry, access_traffic, distinct_per_wave, reused_in_block, wave_tile
+from schedlib.carver.traffic import (
+    Geometry,
+    access_traffic,
+    block_elements,
+    distinct_per_wave,
+    reused_in_block,
+    wave_tile,
+)
 from schedlib.hw import HardwareProfile
 from schedlib.rules.base import Tiling
 
@@ -70,21 +77,40 @@ def later_passes(problem: Problem, tiling: Tiling, geo: Geometry, loads: list, s
     return total, total * overflow, port, instr
 
 
+# Co-resident blocks walk their reduce loops at about the same pace, so the data several blocks of one
+# wave share (a matmul's A rows across the wave's block columns) has to stay in L2 only while the k steps
+# that read it are in flight: the steps a block pipelines plus the drift between blocks, taken as 4.
+IN_FLIGHT_STEPS = 4
+
+
 def traffic_sums(problem: Problem, geo: Geometry, resident: int, sector: int, raster: int = 1) -> tuple:
-    """Per-access traffic and its sums: L2 bytes, the wave's re-read working set, one block's
-    footprint, useful bytes and re-read bytes."""
-    wave = wave_tile(geo, distinct_per_wave(problem, geo, resident, raster))
+    """Per-access traffic and its sums: L2 bytes, the working sets, one block's footprint, useful bytes,
+    and the re-read bytes split by what keeps them in L2.
+
+    A re-read of data an earlier wave read needs the wave's whole footprint to survive in L2 until the next
+    wave (``wave_set``); a re-read by another block of the same wave needs only the in-flight k slices of
+    that footprint (``inflight_set``).  Each wave reads its footprint once from L2's point of view, so the
+    earlier-wave re-reads are the waves' footprints beyond the compulsory bytes."""
+    distinct = distinct_per_wave(problem, geo, resident, raster)
+    wave = wave_tile(geo, distinct)
+    inflight = {a: min(ext, geo.step[a] * IN_FLIGHT_STEPS) if a in problem.reduce else ext
+                for a, ext in wave.items()}
+    waves = geo.grid / max(1, resident)
     loads = [access_traffic(a, geo, wave, sector) for a in problem.loads]
     stores = [access_traffic(a, geo, wave, sector) for a in problem.stores]
     # Only re-read data needs to stay in L2: an access whose blocks together read more than its size.
     # Streamed data (each byte used once, like a GEMV's matrix) passes through and is not counted.
-    l2_bytes = wave_set = block_global = useful_bytes = rereads = 0.0
+    l2_bytes = wave_set = inflight_set = block_global = useful_bytes = same_wave = later_wave = 0.0
     for t in (*loads, *stores):
         l2_bytes += t.total_bytes
         block_global += t.block_bytes
         useful_bytes += t.total_bytes / t.factor
-        extra = t.total_bytes - t.access.size * t.access.nbytes * t.factor
+        once = t.access.size * t.access.nbytes * t.factor
+        extra = t.total_bytes - once
         if not t.access.store and extra > 0.5 * t.access.nbytes:
             wave_set += t.wave_bytes
-            rereads += extra
-    return loads, stores, l2_bytes, wave_set, block_global, useful_bytes, rereads
+            inflight_set += block_elements(t.access, inflight) * t.access.nbytes * t.factor
+            later = min(extra, max(0.0, waves * t.wave_bytes - once))
+            later_wave += later
+            same_wave += extra - later
+    return (loads, stores, l2_bytes, wave_set, inflight_set, block_global, useful_bytes, same_wave, later_wave)

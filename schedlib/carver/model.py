@@ -22,8 +22,10 @@ other resident blocks fill that time.
 
 Memory: L2 bytes are every block's tile footprints in 32-byte sectors.  DRAM bytes are the compulsory
 bytes (each input read once, each output written once) plus the re-reads of data several blocks read,
-in proportion to how far one wave's working set of such data exceeds the usable L2 (a tiling's
-``raster`` reshapes that wave: see :func:`~schedlib.carver.traffic.distinct_per_wave`).  Shared/L1 bytes
+in proportion to how far the working set that would keep them exceeds the usable L2: one wave's whole
+footprint for data an earlier wave read (a tiling's ``raster`` reshapes that wave: see
+:func:`~schedlib.carver.traffic.distinct_per_wave`), only its in-flight k slices for data another block
+of the same wave reads (see :func:`~schedlib.carver.memory.traffic_sums`).  Shared/L1 bytes
 count one 4-byte bank slot per element a thread loads into registers, plus the staging copies; mma
 operands instead move as ldmatrix rows, each warp reading its warp tile once per k.
 
@@ -135,11 +137,15 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
         cached = traffic_sums(problem, geo, resident, sector, raster)
         if memo is not None:
             memo[memo_key] = cached
-    loads, stores, l2_bytes, wave_set, block_global, useful_bytes, rereads = cached
+    loads, stores, l2_bytes, wave_set, inflight_set, block_global, useful_bytes, same_wave, later_wave = cached
     compulsory = float(problem.compulsory_bytes)
     usable_l2 = L2_USABLE_FRACTION * profile.l2_bytes
-    overflow = min(1.0, max(0.0, 1.0 - usable_l2 / wave_set)) if wave_set > 0 else 0.0
-    dram_bytes = max(compulsory, min(l2_bytes, compulsory + rereads * overflow))
+
+    def overflow(working_set: float) -> float:
+        return min(1.0, max(0.0, 1.0 - usable_l2 / working_set)) if working_set > 0 else 0.0
+
+    rereads_from_dram = later_wave * overflow(wave_set) + same_wave * overflow(inflight_set)
+    dram_bytes = max(compulsory, min(l2_bytes, compulsory + rereads_from_dram))
     staged = staged_loads(problem, tiling, geo)
     pass_l2, pass_dram, pass_port, pass_instr = later_passes(problem, tiling, geo, loads, staged, bps, profile)
     l2_bytes += pass_l2
@@ -222,7 +228,11 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     # Dependent FMAs wait FMA_LATENCY_CYCLES unless the thread tile gives independent ones.
     stages = max(1, int(tiling.stages))
     round_trips = passes
-    hit = 1.0 - min(1.0, dram_bytes / l2_bytes) if l2_bytes > 0 else 0.0
+    # A trip's latency is L2's or DRAM's by the share of its bytes that come from DRAM, but a block that
+    # reads what another block of its wave fetches at the same moment waits for the same DRAM fill: those
+    # re-reads are L2 traffic without L2 latency (counting them made a bigger problem look faster).
+    waited_bytes = l2_bytes - same_wave * (1.0 - overflow(inflight_set))
+    hit = 1.0 - min(1.0, dram_bytes / waited_bytes) if waited_bytes > 0 else 0.0
     avg_latency = hit * L2_LATENCY_S + (1 - hit) * DRAM_LATENCY_S
     lat_mem = round_trips * avg_latency
     ilp = min(FMA_LATENCY_CYCLES, max(1, math.prod(thread_tile.values())))
