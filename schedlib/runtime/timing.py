@@ -84,7 +84,11 @@ def summarize(times_us: list[float]) -> dict[str, float]:
 
 
 def event_timer(fn: Callable[[], Any]) -> Callable[[], float]:
-    """``fn``'s device time in microseconds, measured with CUDA events on the current stream."""
+    """``fn``'s device time in microseconds, measured with CUDA events on the current stream.
+
+    A kernel shorter than the events' resolution (about 0.5 us) reads 0.0.  That reading is passed on as is,
+    not clamped: the search's worker records such a config as an error (``BelowTimerResolution``) rather than
+    let a made-up tiny time win (see ``measurement_from_reply`` in ``schedlib.search.backends.worker``)."""
     cp = require_cupy()
     start, stop = cp.cuda.Event(), cp.cuda.Event()
 

@@ -7,25 +7,47 @@ tuned for one shape silently reused for another).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import optuna
 
-from schedlib.hw import resolve
+from schedlib.hw import HardwareProfile, resolve
 from schedlib.ir.func import Func, require_func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Rule
 from schedlib.search.checks import pick_rule
 from schedlib.search.database import (
     NoRecordError,
-    best_record,
+    Record,
     find_studies,
+    ranked_records,
     resolve_storage,
     signature,
     space_digest,
     storage_errors,
     storage_label,
 )
+
+log = logging.getLogger("schedlib.search")
+
+
+def build_best(rule: Rule, func: Func, profile: HardwareProfile, ranked: list[Record], where: str
+               ) -> tuple[Record, Schedule | None] | None:
+    """The first of ``ranked`` (ok records, fastest first) whose config ``rule`` can build, with its schedule.
+
+    Why a fallback: backends that need no schedule (estimate, replay) never build one while searching, so a
+    record can be fast and unbuildable.  Each such record is skipped with a warning naming it; a finished
+    trial cannot be re-marked in Optuna, so the skip is repeated (it is cheap) on every call.
+    """
+    for record in ranked:
+        try:
+            return record, rule.apply(func, profile, record.config)
+        except Exception as exc:
+            log.warning("%s: the rule %s cannot build the recorded config %s of trial %d (%.3f us; %s: %s); "
+                        "falling back to the next best record", where, rule.name, record.config, record.number,
+                        record.time_us, type(exc).__name__, exc)
+    return None
 
 
 def apply_best(func: Func, target: Any = "h100", storage: Any = None, *, rule: Rule | str | None = None,
@@ -57,14 +79,15 @@ def apply_best(func: Func, target: Any = "h100", storage: Any = None, *, rule: R
             study = optuna.load_study(study_name=key.study_name, storage=store)
         if study.user_attrs.get("func_text") not in (None, str(func)):
             continue  # a hash collision: never reuse another func's record
-        best = best_record(study, space)  # records outside the current space are skipped, with a warning
-        if best is not None:
-            schedule = chosen.apply(func, profile, best.config)
-            if schedule is None:
+        ranked = ranked_records(study, space)  # records outside the current space are skipped, with a warning
+        built = build_best(chosen, func, profile, ranked, f"apply_best ({key.backend} records in {label})")
+        if built is not None:
+            if built[1] is None:
                 raise NoRecordError(f"apply_best: rule {chosen.name} no longer applies to {func.name}")
-            return schedule
+            return built[1]
     raise NoRecordError(f"apply_best: {signature(func)} on {profile.key} has records in {label} "
-                        f"({', '.join(k.backend for k in matches)}) but none succeeded")
+                        f"({', '.join(k.backend for k in matches)}) but none succeeded that rule "
+                        f"{chosen.name} can build")
 
 
 def _version() -> str:

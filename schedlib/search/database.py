@@ -188,22 +188,27 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{_start_token(os.getpid())}"
 
 
-def worker_alive(worker: str | None, started: Any, stale_s: float) -> bool:
-    """Whether the process that owns a RUNNING trial can still finish it."""
+def worker_alive(worker: Any, started: Any, stale_s: float) -> bool:
+    """Whether the process that owns a RUNNING trial can still finish it.
+
+    A claim whose ``worker`` is not ``host:pid:token`` with a positive pid (not ours, or a damaged row) is
+    judged by its age, like a foreign trial: one bad row must not stop tuning (see checks.py)."""
     age = time.time() - started.timestamp() if started is not None else math.inf
-    if not worker or worker.count(":") < 2:
+    if not isinstance(worker, str) or worker.count(":") < 2:
         return age < stale_s  # asked a moment ago, its claim not written yet (or a foreign trial)
     host, pid_text, token = worker.rsplit(":", 2)
-    if host == socket.gethostname():
-        pid = int(pid_text)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return token == "?" or _start_token(pid) == token
-    return age < stale_s
+    pid = int(pid_text) if pid_text.isdigit() else 0  # kill(0) or kill(-1) would signal a whole group
+    if host != socket.gethostname() or pid <= 0:
+        return age < stale_s
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:  # a pid no process can have
+        return False
+    return token == "?" or _start_token(pid) == token
 
 
 def reap_interrupted(study: optuna.Study, stale_s: float, claims_locked: bool = False) -> int:
@@ -265,7 +270,11 @@ class RecordIndex:
             contiguous = False
             if t.state == TrialState.RUNNING:
                 attrs = t.user_attrs.get(ATTR)
-                self.running[t.number] = attrs.get("config_key") if isinstance(attrs, dict) else None
+                key = attrs.get("config_key") if isinstance(attrs, dict) else None
+                if key is not None and not isinstance(key, str):  # a damaged claim: it still holds a budget slot
+                    self.skipped.skip(f"running trial {t.number}", f"config_key={key!r} is not a string")
+                    key = None
+                self.running[t.number] = key
         self.skipped.report()
 
     def note(self, number: int, status: str, time_us: float, config: dict[str, Any], key: str) -> None:
@@ -325,17 +334,22 @@ def rebench_times(study: optuna.Study) -> dict[str, float]:
     return out
 
 
-def best_record(study: optuna.Study, space: Space | None = None) -> Record | None:
-    """The fastest ok record whose config is in ``space``; a re-benchmarked time replaces the first
-    measurement where there is one."""
+def ranked_records(study: optuna.Study, space: Space | None = None) -> list[Record]:
+    """The ok records whose config is in ``space``, fastest first, each with its re-benchmarked time where
+    there is one (the time it is ranked by)."""
     index = RecordIndex(study, space)
     index.refresh()
     with storage_errors(storage_label(study._storage)):
         rebench = rebench_times(study)
-    ok = [r for r in index.by_key.values() if r.status == OK]
-    if not ok:
-        return None
-    return min(ok, key=lambda r: rebench.get(config_key(r.config), r.time_us))
+    ok = [Record(r.number, r.status, rebench.get(config_key(r.config), r.time_us), r.config)
+          for r in index.by_key.values() if r.status == OK]
+    return sorted(ok, key=lambda r: (r.time_us, r.number))
+
+
+def best_record(study: optuna.Study, space: Space | None = None) -> Record | None:
+    """The fastest ok record whose config is in ``space`` (see :func:`ranked_records`)."""
+    ranked = ranked_records(study, space)
+    return ranked[0] if ranked else None
 
 
 def find_studies(storage: BaseStorage, func: Func, profile: HardwareProfile, rule: str,

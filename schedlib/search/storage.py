@@ -75,6 +75,11 @@ def _read_errors() -> tuple[type[BaseException], ...]:
     return (sqlalchemy.exc.SQLAlchemyError, json.JSONDecodeError, UnicodeDecodeError)
 
 
+# What Optuna's journal replay raises for a line that is JSON but not an operation: ``[1, 2]`` (TypeError), an
+# unknown op_code (AssertionError), a known one missing its fields (KeyError).  Only caught around storage calls.
+JOURNAL_SHAPE_ERRORS = (TypeError, KeyError, AssertionError, AttributeError, IndexError)
+
+
 @contextlib.contextmanager
 def storage_errors(label: str) -> Iterator[None]:
     """Re-raise failures of reading the storage ``label`` as :class:`StorageError` naming it."""
@@ -83,6 +88,11 @@ def storage_errors(label: str) -> Iterator[None]:
     except _read_errors() as exc:
         raise StorageError(f"tuning storage {label} cannot be read: {_reason(exc)}; repair it, or delete it "
                            f"(its records are lost) and tune again") from exc
+    except JOURNAL_SHAPE_ERRORS as exc:
+        if not label.lower().endswith(JOURNAL_SUFFIXES):
+            raise  # not a journal replay: a bug to report as is, not a damaged file
+        raise StorageError(f"tuning storage {label} cannot be read: {_first_bad_journal_line(Path(label), exc)}; "
+                           f"repair or delete the file") from exc
 
 
 def _reason(exc: BaseException) -> str:
@@ -135,23 +145,30 @@ def _check_file(path: Path, create: bool, label: str) -> None:
         raise NoRecordError(f"tuning storage {label} does not exist (nothing has been tuned into it)")
 
 
-def _first_bad_journal_line(path: Path) -> str:
-    """Where a journal stops being JSON lines, for the message (Optuna's error names no line)."""
+def _first_bad_journal_line(path: Path, exc: BaseException) -> str:
+    """Where a journal stops being operations, for the message (Optuna's error names no line): the first
+    line that is not JSON, or not an object with a known ``op_code``."""
+    from optuna.storages.journal._storage import JournalOperation
+
+    known = {op.value for op in JournalOperation}
     with contextlib.suppress(OSError), open(path, "rb") as fh:
         for n, line in enumerate(fh, start=1):
             try:
-                json.loads(line)
+                op = json.loads(line)
             except ValueError:
-                return f"line {n} is not a JSON record: {line[:80]!r}"
-    return "it is not a list of JSON records"
+                return f"line {n} is not a JSON record: {line[:80]!r} ({type(exc).__name__}: {exc})"
+            code = op.get("op_code") if isinstance(op, dict) else None
+            if isinstance(code, bool) or code not in known:
+                return f"line {n} is not a journal operation (an object with a known op_code): {line[:80]!r}"
+    return f"an operation in it is malformed ({type(exc).__name__}: {exc})"
 
 
 def _open_journal(path: Path) -> JournalStorage:
     try:
         return JournalStorage(JournalFileBackend(str(path)))
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise StorageError(f"tuning storage {path} cannot be read: {_first_bad_journal_line(path)} "
-                           f"({type(exc).__name__}: {exc}); repair or delete the file") from exc
+    except (ValueError, UnicodeDecodeError, *JOURNAL_SHAPE_ERRORS) as exc:  # JSONDecodeError is a ValueError
+        raise StorageError(f"tuning storage {path} cannot be read: {_first_bad_journal_line(path, exc)}; "
+                           f"repair or delete the file") from exc
     except OSError as exc:
         raise StorageError(f"tuning storage {path} cannot be opened: {exc.strerror or exc}") from exc
 
@@ -167,6 +184,10 @@ def _open_url(text: str, create: bool) -> tuple[BaseStorage, Path | None]:
         storage = _sqlite_storage(text) if text.startswith("sqlite:") else RDBStorage(text)
     except _read_errors() as exc:
         raise StorageError(f"tuning storage {label} cannot be opened: {_reason(exc)}") from exc
+    except RuntimeError as exc:
+        if not _is_schema_error(exc):
+            raise
+        raise StorageError(_schema_message(label, text, exc)) from exc
     except (ImportError, ValueError) as exc:  # a missing database driver, a malformed URL
         raise StorageError(f"tuning storage {label} cannot be opened: {type(exc).__name__}: {exc}") from exc
     return storage, lock_path(path) if path is not None and path.name else None
@@ -207,3 +228,20 @@ def resolve_storage(storage: Any, create: bool = True) -> tuple[BaseStorage, Pat
     except _read_errors() as exc:
         raise StorageError(f"tuning storage {path} cannot be opened as an SQLite database: {_reason(exc)}"
                            ) from exc
+    except RuntimeError as exc:
+        if not _is_schema_error(exc):
+            raise
+        raise StorageError(_schema_message(str(path), f"sqlite:///{path}", exc)) from exc
+
+
+def _is_schema_error(exc: RuntimeError) -> bool:
+    """Optuna refuses tables that another Optuna version set up with a bare RuntimeError naming neither the
+    file nor where to look; other RuntimeErrors are not ours to reword."""
+    return "table schema" in str(exc)
+
+
+def _schema_message(label: str, url: str, exc: RuntimeError) -> str:
+    first = str(exc).strip().splitlines()[0]
+    return (f"tuning storage {label} was set up by another Optuna version ({first}); if the file is older, "
+            f"upgrade it with `optuna storage upgrade --storage {_safe_url(url)}`; if it is newer, upgrade Optuna "
+            f"(pip install -U optuna); or tune into another file")

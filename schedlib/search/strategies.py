@@ -55,6 +55,7 @@ class SearchContext:
     rng: random.Random
     current: int | None = None  # number of the trial being proposed
     force_fill: bool = False  # set by the tuner when a strategy keeps proposing known points
+    fill_failed: bool = False  # the last forced fill found no unrecorded point (the space may be used up)
     sources: dict[int, str] = field(default_factory=dict)
 
     def taken(self) -> set[str]:
@@ -122,6 +123,7 @@ class GuidedSampler(BaseSampler):
         if ctx.force_fill:  # bypass the strategy: no sampler state (e.g. CMA-ES's) is attached to this trial
             ctx.force_fill = False
             proposal = ctx.fill()
+            ctx.fill_failed = proposal is None
         if proposal is None:
             proposal = self.strategy.propose(study, trial)
         if proposal is None:

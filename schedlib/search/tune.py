@@ -1,11 +1,12 @@
 """``sl.search.tune``: measured search over a rule's knob space, resumable and shareable between workers.
 
-One loop for every strategy.  Each step, under the study lock: refresh what all workers recorded, stop if
-the study holds ``trials`` records (or the space is exhausted), ask the strategy for a config through the
-study, and claim it (its key goes on the running trial, so no other worker proposes it).  Then, without
-the lock, build and measure it and record the outcome on the trial.  Why the study is the only state: a
-process killed with SIGKILL loses at most the trial it was measuring, a rerun of the same call continues
-where it stopped, and any number of processes can tune one study through a shared storage.
+One loop for every strategy (:mod:`schedlib.search.loop`).  Each step, under the study lock: refresh what all
+workers recorded, stop if the study holds ``trials`` records (or the space is exhausted: every legal config is
+recorded, which ends the call with a warning), ask the strategy for a config through the study, and claim it
+(its key goes on the running trial, so no other worker proposes it).  Then, without the lock, build and
+measure it and record the outcome on the trial.  Why the study is the only state: a process killed with
+SIGKILL loses at most the trial it was measuring, a rerun of the same call continues where it stopped, and
+any number of processes can tune one study through a shared storage.
 
 ``trials`` is the size the study should reach (records that used the budget: successes and measured
 failures, over all sessions and workers), not the number of new measurements of this call.
@@ -17,8 +18,6 @@ import contextlib
 import logging
 import math
 import os
-import random
-import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,49 +25,35 @@ from typing import Any
 
 import optuna
 import pandas as pd
-from optuna.trial import TrialState
 from tqdm.auto import tqdm
 
 from schedlib.hw import HardwareProfile, resolve
 from schedlib.ir.func import Func, require_func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Config, Rule
+from schedlib.search.apply import build_best
 from schedlib.search.backends import Backend, make_backend
 from schedlib.search.checks import pick_rule
 from schedlib.search.codec import SpaceCodec
 from schedlib.search.cost_model import CostModel, Featurizer, informative, with_rule
 from schedlib.search.database import (
-    ATTR,
-    RecordIndex,
     StudyLock,
     TuningKey,
-    best_record,
     open_study,
+    ranked_records,
     reap_interrupted,
-    rebench_times,
     resolve_storage,
     space_digest,
     storage_errors,
     storage_label,
-    worker_id,
 )
-from schedlib.search.records import (
-    CACHED,
-    DUPLICATE,
-    ILLEGAL,
-    INTERRUPTED,
-    OK,
-    Measurement,
-    history_series,
-    records_frame,
-    trial_rows,
-)
-from schedlib.search.strategies import STRATEGIES, GuidedSampler, SearchContext, Strategy, make_strategy
+from schedlib.search.loop import Tuner
+from schedlib.search.records import OK, history_series, records_frame, trial_rows
+from schedlib.search.strategies import STRATEGIES, GuidedSampler, make_strategy
 
 log = logging.getLogger("schedlib.search")
 DEFAULT_TIMEOUT_S = 30.0  # per measurement, compile included (subprocess backends only)
 MODEL_MIN_TRAIN = 4  # records before the cost model starts screening (see benchmarks/search_strategies.py)
-STUCK_LIMIT = 25  # non-measuring proposals in a row before the tuner injects a random untried config
 
 
 @dataclass
@@ -87,6 +72,7 @@ class TuneResult:
     study: optuna.Study = field(repr=False)
     knobs: list[str] = field(default_factory=list)
     measured_now: int = 0  # measurements made by this call
+    exhausted: bool = False  # stopped short of ``trials``: every legal config of the space is recorded
 
     @property
     def trials(self) -> pd.DataFrame:
@@ -97,7 +83,8 @@ class TuneResult:
         ok = int((self.records["status"] == OK).sum()) if len(self.records) else 0
         return (f"{self.key.rule} {self.key.workload[:8]} on {self.key.device} [{self.strategy}, "
                 f"{self.key.backend}]: best {self.best_time_us:.3f} us with {self.best_config} "
-                f"({ok} ok of {len(self.records)} records, {self.measured_now} measured now)")
+                f"({ok} ok of {len(self.records)} records, {self.measured_now} measured now"
+                f"{'; space exhausted' if self.exhausted else ''})")
 
 
 @contextlib.contextmanager
@@ -136,138 +123,6 @@ def _warm_start(study: optuna.Study, func: Func, profile: HardwareProfile, rule:
         study.enqueue_trial(codec.encode(config), user_attrs={"source": source}, skip_if_exists=True)
 
 
-class _Tuner:
-    """One tuning call's state; ``run`` is the loop described in the module docstring."""
-
-    def __init__(self, func: Func, profile: HardwareProfile, rule: Rule, backend: Backend, strategy: Strategy,
-                 study: optuna.Study, codec: SpaceCodec, model: CostModel, lock: StudyLock, seed: int,
-                 stale_s: float) -> None:
-        self.func, self.profile, self.rule, self.backend = func, profile, rule, backend
-        self.strategy, self.study, self.codec, self.model, self.lock = strategy, study, codec, model, lock
-        self.index = RecordIndex(study, codec.space)
-        self.ctx = SearchContext(codec, self.index, model if strategy.uses_model else None, random.Random(seed))
-        strategy.bind(self.ctx)
-        self.worker = worker_id()
-        self.stale_s = stale_s
-        self.legal_keys = {codec.key(c) for c in codec.legal()} if codec.enumerable else None
-        self.measured_now = 0
-        self._claims: dict[int, dict[str, Any]] = {}
-        self._current: optuna.trial.Trial | None = None
-
-    def _tell(self, trial: optuna.trial.Trial, attrs: dict[str, Any], value: float | None) -> None:
-        self._current = None
-        try:
-            trial.set_user_attr(ATTR, {**self._claims.pop(trial.number, {}), **attrs})
-            if value is not None and math.isfinite(value):
-                self.study.tell(trial, value)
-            else:
-                self.study.tell(trial, state=TrialState.FAIL)
-        except (RuntimeError, ValueError) as exc:  # another worker judged the trial stale and closed it
-            log.warning("trial %d was closed by another worker before it finished (%s); its result is dropped",
-                        trial.number, exc)
-
-    def _claim(self, trials: int, stop_below_us: float | None) -> tuple[optuna.trial.Trial, Config] | None:
-        """Under the lock: None when done, else the asked trial with its claimed config."""
-        index = self.index
-        index.refresh()
-        if index.counted + index.n_running() >= trials:
-            return None
-        if self.legal_keys is not None and self.legal_keys <= index.taken():
-            return None
-        best = index.best()
-        if stop_below_us is not None and best is not None and best.time_us <= stop_below_us:
-            return None
-        trial = self.study.ask(self.codec.distributions)
-        self._current = trial
-        config = self.codec.decode(trial.params)
-        source = trial.user_attrs.get("source") or self.ctx.sources.pop(trial.number, self.strategy.name)
-        claim = {"config": config, "config_key": self.codec.key(config), "source": source, "worker": self.worker,
-                 "backend": self.backend.key}
-        self._claims[trial.number] = claim
-        trial.set_user_attr(ATTR, claim)  # the key is now visible to every worker: the config is claimed
-        return trial, config
-
-    def _settle_known(self, trial: optuna.trial.Trial, config: Config) -> bool:
-        """Close a trial that needs no measurement (illegal, recorded, claimed elsewhere); True if closed."""
-        key = self.codec.key(config)
-        known = self.index.by_key.get(key)
-        if known is not None:
-            self._tell(trial, {"status": CACHED, "time_us": known.time_us if known.status == OK else None},
-                       known.time_us if known.status == OK else None)
-            return True
-        why = self.codec.space.reason(config)
-        if why is not None:
-            self._tell(trial, {"status": ILLEGAL, "error_type": "IllegalConfig", "error": why}, None)
-            return True
-        if self.lock.cross_process:
-            return False  # claims are made under an flock: nobody can have claimed this key meanwhile
-        self.index.refresh()  # no lock across processes (a remote database): the lower trial number wins
-        if any(k == key and n < trial.number for n, k in self.index.running.items()):
-            self._tell(trial, {"status": DUPLICATE}, None)
-            return True
-        return False
-
-    def _measure(self, config: Config) -> Measurement:
-        schedule = None
-        if self.backend.needs_schedule:
-            start = time.perf_counter()
-            try:
-                schedule = self.rule.apply(self.func, self.profile, config)
-            except Exception as exc:  # a rule that cannot build a legal config is a typed failure
-                return Measurement.failure("schedule_error", type(exc).__name__, str(exc),
-                                           time.perf_counter() - start)
-        return self.backend.measure(config, schedule)
-
-    def run(self, trials: int, pbar: Any, stop_below_us: float | None) -> None:
-        stuck, step_start = 0, time.perf_counter()
-        while True:
-            if self.strategy.uses_model:
-                self.model.update(self.index.measured())
-            with self.lock.hold():
-                claimed = self._claim(trials, stop_below_us)
-                if claimed is None:
-                    return
-                trial, config = claimed
-                settled = self._settle_known(trial, config)
-            if settled:
-                stuck += 1
-                if stuck >= STUCK_LIMIT:
-                    self.ctx.force_fill, stuck = True, 0
-                continue
-            stuck = 0
-            measure_start = time.perf_counter()
-            m = self._measure(config)  # building the schedule and kernel counts as measuring
-            measure_end = time.perf_counter()
-            attrs = m.user_attrs()
-            attrs["wall_s"] = round(measure_end - measure_start, 6)
-            attrs["overhead_s"] = round(measure_start - step_start, 6)
-            self._tell(trial, attrs, m.time_us if m.ok else None)
-            self.index.note(trial.number, m.status, m.time_us, config, self.codec.key(config))
-            self.measured_now += 1
-            step_start = time.perf_counter()
-            best = self.index.best()
-            pbar.update(max(0, min(self.index.counted, trials) - pbar.n))
-            pbar.set_postfix_str(f"best {best.time_us:.2f} us" if best else f"last {m.status}")
-
-    def abandon_current(self) -> None:
-        """Mark the trial being measured as interrupted (Ctrl-C, an exception): it may be measured again."""
-        if self._current is not None:
-            with contextlib.suppress(Exception):
-                self._tell(self._current, {"status": INTERRUPTED}, None)
-
-    def rebenchmark(self, top: int) -> None:
-        best = sorted((r for r in self.index.by_key.values() if r.status == OK), key=lambda r: r.time_us)[:top]
-        if not best:
-            return
-        items = []
-        for r in best:
-            schedule = self.rule.apply(self.func, self.profile, r.config) if self.backend.needs_schedule else None
-            items.append((r.config, schedule))
-        results = self.backend.rebenchmark(items)
-        for (config, _), m in zip(items, results or []):
-            self.study.set_user_attr(f"rebench:{self.codec.key(config)}", m.user_attrs())
-
-
 def _check_counts(**counts: Any) -> None:
     """Counts that may be 0 (``topk=0``: no carver warm start; ``screen=0``: no screening), or None where the
     default applies: a bool, a float or a negative number is a mistake, not a request."""
@@ -276,6 +131,8 @@ def _check_counts(**counts: Any) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"tune: {name}={value!r}; expected an int >= 0")
+        if name == "seed" and value >= 2**32:  # numpy's (and so TPE's) limit, checked for every strategy alike
+            raise ValueError(f"tune: seed={value!r}; expected an int with 0 <= seed < 2**32")
 
 
 def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tpe", storage: Any = None,
@@ -291,7 +148,11 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
     backend: ``"estimate"`` (carver), ``"gpu"``, ``"replay:<file>"`` (or ``"replay"`` with ``replay=<file>``)
         or a :class:`Backend`.
     warm_start: enqueue the rule default and the carver's ``topk`` first.
-    timeout_per_trial: seconds before a measurement counts as hung (worker backends; default 30).
+    timeout_per_trial: seconds before a measurement counts as hung.  A worker backend (``gpu``, any
+        :class:`SubprocessBackend`; default 30 s) kills the worker, records a ``timeout`` and goes on.  Any
+        other backend runs in this process, and only when this is given, under a watchdog thread: a call past
+        the limit is recorded as a ``timeout`` and tuning stops with :class:`InProcessTimeoutError`, because a
+        thread cannot be stopped (see :mod:`schedlib.search.guard`).
     screen: candidates drawn per trial for cost-model screening (tpe/nsga2 default 16; 0 turns it off).
     features: ``"auto"`` (knobs, tiling and carver figures when importable) or ``"knobs"`` (no carver).
     stop_below_us: stop as soon as a config this fast is recorded.
@@ -326,6 +187,8 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
     be = make_backend(backend, DEFAULT_TIMEOUT_S if timeout_per_trial is None else timeout_per_trial)
     if timeout_per_trial is not None and hasattr(be, "timeout_s"):
         be.timeout_s = float(timeout_per_trial)  # an explicit limit also applies to a backend instance
+    # without an explicit limit an in-process backend runs inline, exactly as before: no thread per trial
+    watchdog_s = float(timeout_per_trial) if timeout_per_trial is not None and not be.enforces_timeout else None
     key = TuningKey.for_workload(func, profile.key, chosen.name, be.study_key(profile), space_digest(codec.space))
     store, lock_path = resolve_storage(storage)
     strat = make_strategy(strategy, seed, screen)
@@ -334,8 +197,9 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
                       objective=model_objective, min_train=MODEL_MIN_TRAIN, seed=seed)
     with _quiet_optuna():
         study = open_study(store, key, func, GuidedSampler(strat))
-        tuner = _Tuner(func, profile, chosen, be, strat, study, codec, model, StudyLock(lock_path), seed,
-                       stale_s=max(3600.0, 20 * float(getattr(be, "timeout_s", DEFAULT_TIMEOUT_S))))
+        tuner = Tuner(func, profile, chosen, be, strat, study, codec, model, StudyLock(lock_path), seed,
+                       stale_s=max(3600.0, 20 * float(getattr(be, "timeout_s", DEFAULT_TIMEOUT_S))),
+                       watchdog_s=watchdog_s)
         with tuner.lock.hold():
             with storage_errors(storage_label(store)):  # the first full read of a study named in no error
                 reap_interrupted(study, tuner.stale_s, claims_locked=tuner.lock.cross_process)
@@ -360,7 +224,7 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
         return _result(tuner, strategy, key)
 
 
-def _result(tuner: _Tuner, strategy: str, key: TuningKey) -> TuneResult:
+def _result(tuner: Tuner, strategy: str, key: TuningKey) -> TuneResult:
     study, codec = tuner.study, tuner.codec
     tuner.index.refresh()
     measured = informative(tuner.index.measured())
@@ -368,12 +232,14 @@ def _result(tuner: _Tuner, strategy: str, key: TuningKey) -> TuneResult:
         tuner.model.fit([r.config for r in measured],
                         [r.time_us if r.status == OK else math.inf for r in measured])
     records = records_frame(study.get_trials(deepcopy=False), codec.names)
-    best = best_record(study, codec.space)
+    where = f"tune {tuner.func.name}"
+    built = build_best(tuner.rule, tuner.func, tuner.profile, ranked_records(study, codec.space), where)
+    best, schedule = built if built is not None else (None, None)
     best_config = dict(best.config) if best else None
-    best_time = rebench_times(study).get(codec.key(best.config), best.time_us) if best else math.inf
-    schedule = tuner.rule.apply(tuner.func, tuner.profile, best_config) if best_config else None
+    best_time = best.time_us if best else math.inf  # the re-benchmarked time where there is one
     if best is None:
-        log.warning("tune: no config of %s succeeded (%d records)", tuner.func.name, len(records))
+        log.warning("tune: no config of %s succeeded that the rule %s can build (%d records)", tuner.func.name,
+                    tuner.rule.name, len(records))
     return TuneResult(best_config, schedule, best_time, records, history_series(records),
                       tuner.model if tuner.model.trained else None, key, strategy, study, list(codec.names),
-                      tuner.measured_now)
+                      tuner.measured_now, tuner.exhausted)

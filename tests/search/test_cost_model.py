@@ -74,11 +74,26 @@ def test_update_retrains_only_when_the_data_grew_enough() -> None:
     assert model.update(recs[:40]) and model.fits == 2 and model.n_train == 40
 
 
-def test_non_finite_features_become_missing() -> None:
+def test_non_finite_features_become_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inf from the tiling figures goes through vector(), which must turn it into NaN ("missing"):
+    XGBoost rejects inf outright."""
     func, table = matmul_table(256, 256, 256)
     model = _model(func)
     feat = model.featurizer
-    feat._cache[S.config_key(table[0]["config"])] = np.full(len(feat.names), np.nan, dtype=np.float32)
+    real = feat._tiling_values
+    bad = S.config_key(table[0]["config"])
+
+    def tiling(config):
+        values = real(config)
+        if S.config_key(config) == bad:
+            values[0], values[1] = math.inf, -math.inf
+        return values
+
+    monkeypatch.setattr(feat, "_tiling_values", tiling)
+    vec = feat.vector(table[0]["config"])
+    first = len(feat.knobs)  # the tiling features follow the knobs
+    assert np.isnan(vec[first]) and np.isnan(vec[first + 1]), vec
+    assert np.isfinite(feat.vector(table[1]["config"])[first])
     model.fit([r["config"] for r in table[:50]], [r["time_us"] for r in table[:50]])
     assert np.isfinite(model.predict([table[0]["config"]])).all()
 

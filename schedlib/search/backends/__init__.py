@@ -26,6 +26,9 @@ class Backend(ABC):
 
     name: str = "backend"
     needs_schedule: bool = False  # whether measure() needs the built Schedule (else only the config)
+    # whether the backend stops a hung measurement itself after ``timeout_s`` (a worker process it can kill);
+    # tune runs any other backend's measure() under a watchdog when timeout_per_trial is given (see guard.py)
+    enforces_timeout: bool = False
 
     @property
     def key(self) -> str:

@@ -84,9 +84,13 @@ def worker_main(conn: Connection, handler_path: str) -> None:
             return
         try:
             reply = handler.handle(request)
+            if not isinstance(reply, dict):
+                raise TypeError(f"handler {handler_path} returned a {type(reply).__name__}, not a dict")
+            text = json.dumps(reply, allow_nan=True)  # here: an unsendable reply is the handler's error
         except Exception as exc:
             reply = _error_reply(exc)
-        _send(conn, reply)
+            text = json.dumps(reply)
+        conn.send_bytes(text.encode())
         if reply.get("restart"):
             return
 
@@ -177,6 +181,10 @@ class WorkerProcess:
             why = _death(self._process)
             self.kill()
             return {"status": "crash", "error_type": "WorkerCrash", "error": why}
+        except ValueError as exc:  # not JSON, not UTF-8, not an object: the worker no longer speaks the protocol
+            self.kill()  # a fresh worker answers the next request, in step
+            return {"status": "error", "error_type": "ProtocolError",
+                    "error": f"unreadable reply from worker {self.handler} ({exc}); the worker was restarted"}
         if reply.get("restart"):
             self.kill()
         return reply
@@ -191,21 +199,57 @@ class WorkerProcess:
         self.kill()
 
 
-def measurement_from_reply(reply: dict[str, Any], wall_s: float) -> Measurement:
-    """The worker's JSON answer as a Measurement (unknown statuses become ``error``)."""
+def _number(value: Any) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+
+
+def _reply_times(reply: dict[str, Any]) -> list[float] | str:
+    """The timings of an ok reply (``times_us``, or a single ``time_us``), or why there are none."""
+    raw = reply.get("times_us")
+    if raw is None:
+        raw = [reply.get("time_us")]
+    if not isinstance(raw, list) or not raw:
+        return f"times_us={raw!r} is not a non-empty list"
+    times = [_number(t) for t in raw]
+    if any(t is None or not math.isfinite(t) or t < 0 for t in times):
+        return f"timings must be finite numbers >= 0, got {raw[:8]!r}"
+    return times  # type: ignore[return-value]  (no None left)
+
+
+def measurement_from_reply(reply: Any, wall_s: float) -> Measurement:
+    """The worker's JSON answer as a Measurement.  Never raises: a reply that breaks the protocol (not an
+    object, an ok without valid timings) is an ``error`` record of type ProtocolError, unknown statuses are
+    ``error``, so one misbehaving handler costs one trial, never the search."""
+    if not isinstance(reply, dict):
+        return Measurement.failure("error", "ProtocolError", f"the reply is a {type(reply).__name__}, not an "
+                                   f"object: {str(reply)[:200]}", wall_s)
     status = reply.get("status")
     if status == OK:
-        times = reply.get("times_us")
-        figures = {k: float(v) for k, v in (reply.get("figures") or {}).items() if isinstance(v, (int, float))}
-        if times:
+        raw_figures = reply.get("figures")
+        figures = {str(k): v for k, v in raw_figures.items() if _number(v) is not None and math.isfinite(v)
+                   } if isinstance(raw_figures, dict) else {}
+        times = _reply_times(reply)
+        if isinstance(times, str):
+            return Measurement.failure("error", "ProtocolError", f"ok reply without valid times: {times}", wall_s)
+        # A 0.0 reading is what CUDA events give a kernel shorter than their resolution (about 0.5 us), not a
+        # time: clamping it to a tiny positive value would make the config "the fastest" by an artefact of the
+        # timer, so the config is recorded as an error that says why instead.
+        if 0.0 in times:
+            return Measurement.failure("error", "BelowTimerResolution", f"{times.count(0.0)} of {len(times)} "
+                                       f"timings read 0.0 us: the kernel ran faster than the timer resolves, so "
+                                       f"its time is unknown", wall_s)
+        if reply.get("times_us") is not None:
             return Measurement.from_times(times, wall_s, **figures)
-        t = float(reply.get("time_us", math.nan))
-        if math.isfinite(t) and t > 0:
-            return Measurement(OK, t, float(reply.get("p20_us", t)), float(reply.get("p80_us", t)),
-                               wall_s=wall_s, figures=figures)
-        return Measurement.failure("error", "ProtocolError", f"ok reply without a valid time: {reply}", wall_s)
-    status = status if status in MEASURED_FAILURES else "error"
-    return Measurement.failure(status, reply.get("error_type"), str(reply.get("error") or ""), wall_s)
+        t = times[0]  # one summarised time, with its spread when the handler gives a usable one
+        p20, p80 = _number(reply.get("p20_us", t)), _number(reply.get("p80_us", t))
+        return Measurement(OK, t, p20 if p20 is not None and 0 < p20 <= t else t,
+                           p80 if p80 is not None and t <= p80 < math.inf else t, wall_s=wall_s, figures=figures)
+    error_type, error = reply.get("error_type"), str(reply.get("error") or "")
+    if not (isinstance(status, str) and status in MEASURED_FAILURES):
+        if error_type is None:  # nothing says what went wrong: the status itself is the fault
+            error_type, error = "ProtocolError", error or f"unknown status {str(status)[:100]!r} in the reply"
+        status = "error"
+    return Measurement.failure(status, None if error_type is None else str(error_type)[:200], error, wall_s)
 
 
 class SubprocessBackend(Backend):
@@ -216,6 +260,7 @@ class SubprocessBackend(Backend):
     """
 
     name = "subprocess"
+    enforces_timeout = True  # the worker is killed after timeout_s
 
     def __init__(self, handler: str, *, init: dict[str, Any] | None = None, timeout_s: float = 30.0,
                  key: str | None = None) -> None:

@@ -1,0 +1,232 @@
+"""A backend or worker that breaks its contract costs one trial, never the search: an exception out of
+measure(), a malformed worker reply, a hang in an in-process backend, a best config the rule cannot build,
+and a space that is used up before the budget is.  Each test ends on the old code too (it fails instead of
+hanging): hangs are bounded by a thread join or an event."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from typing import Any
+
+import optuna
+import pytest
+
+import schedlib.search as S
+import schedlib.search.codec as codec_module
+from schedlib.ir.schedule import Schedule
+from schedlib.rules.base import Config
+from schedlib.search.backends.worker import measurement_from_reply
+from schedlib.search.records import COUNTED
+
+from . import malformed_handler
+from .helpers import CountingReplay, ToyRule, toy_func, toy_table
+
+LEGAL = 45  # the toy space's legal points
+BOUND_S = 60.0  # a test whose tune() has not ended by then fails (the old code looped forever)
+
+
+def _tune_bounded(**kwargs: Any) -> S.TuneResult:
+    """tune() in a daemon thread, failing the test if it does not end within BOUND_S."""
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["result"] = S.tune(toy_func(), "h100", rule=ToyRule(), quiet=True, warm_start=False, **kwargs)
+        except BaseException as exc:  # handed to the test thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(BOUND_S)
+    assert not thread.is_alive(), f"tune({kwargs.get('strategy')}) did not end within {BOUND_S:g} s"
+    if "error" in out:
+        raise out["error"]
+    return out["result"]
+
+
+@pytest.mark.parametrize("scan", [True, False], ids=["scanned", "too-large-to-scan"])
+@pytest.mark.parametrize("strategy", ["grid", "random", "tpe"])
+def test_a_space_too_large_to_list_ends_when_used_up(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+                                                     strategy: str, scan: bool) -> None:
+    monkeypatch.setattr(codec_module, "ENUMERATE_LIMIT", 3)  # stands for the fp16 matmul's 403,200 points
+    if not scan:  # past SCAN_LIMIT the tuner cannot list the space either and stops on failed fills
+        monkeypatch.setattr(codec_module, "SCAN_LIMIT", 3)
+    backend = CountingReplay(toy_table())
+    with caplog.at_level(logging.WARNING, logger="schedlib.search"):
+        res = _tune_bounded(trials=LEGAL + 5, strategy=strategy, storage="memory", backend=backend, seed=1)
+    assert res.exhausted and "space exhausted" in res.summary()
+    assert any("space of matmul is exhausted" in r.getMessage() for r in caplog.records)
+    if scan:  # an exact stop: every legal point measured once
+        assert len(backend.measured) == LEGAL
+    assert len({S.config_key(c) for c in backend.measured}) == len(backend.measured)
+    assert len(res.trials) < 2 * LEGAL + 8 * 25, "the loop kept asking long after the space was used up"
+
+
+def test_a_normal_run_is_not_marked_exhausted() -> None:
+    res = S.tune(toy_func(), "h100", trials=LEGAL, strategy="grid", storage="memory",
+                 backend=S.ReplayBackend(toy_table()), rule=ToyRule(), quiet=True, warm_start=False)
+    assert not res.exhausted and (res.records["status"].isin(COUNTED)).sum() == LEGAL
+
+
+class Raising(CountingReplay):
+    def measure(self, config: Config, schedule: Schedule | None) -> S.Measurement:
+        if config["a"] == 1:
+            self.measured.append(dict(config))
+            raise RuntimeError(f"kernel blew up for {config}")
+        if config["a"] == 3:
+            return "fast"  # type: ignore[return-value] - a contract a user backend can break too
+        return super().measure(config, schedule)
+
+
+def test_a_backend_that_raises_becomes_an_error_record_and_the_search_goes_on(tmp_path: Any) -> None:
+    db = tmp_path / "raise.sqlite3"
+    backend = Raising(toy_table())
+    res = S.tune(toy_func(), "h100", trials=LEGAL, strategy="grid", storage=db, backend=backend, rule=ToyRule(),
+                 quiet=True, warm_start=False)
+    rec = res.records
+    assert (rec["status"].isin(COUNTED)).sum() == LEGAL
+    raised = rec[rec["a"] == 1]
+    assert len(raised) == 12 and (raised["status"] == "error").all()
+    assert (raised["error_type"] == "RuntimeError").all() and raised["error"].str.contains("kernel blew up").all()
+    wrong = rec[rec["a"] == 3]
+    assert (wrong["status"] == "error").all() and (wrong["error_type"] == "ProtocolError").all()
+    assert wrong["error"].str.contains("returned str, not a Measurement").all()
+    # recorded, not interrupted: a rerun measures none of them again
+    again = Raising(toy_table())
+    S.tune(toy_func(), "h100", trials=LEGAL, strategy="grid", storage=db, backend=again, rule=ToyRule(),
+           quiet=True, warm_start=False)
+    assert again.measured == []
+
+
+class Interrupted(S.ReplayBackend):
+    def measure(self, config: Config, schedule: Schedule | None) -> S.Measurement:
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_in_measure_still_abandons_the_trial() -> None:
+    store = S.database.resolve_storage("memory")[0]
+    with pytest.raises(KeyboardInterrupt):
+        S.tune(toy_func(), "h100", trials=3, strategy="grid", storage=store, backend=Interrupted(toy_table()),
+               rule=ToyRule(), quiet=True, warm_start=False)
+    study = optuna.load_study(study_name=store.get_all_studies()[0].study_name, storage=store)
+    assert [t.user_attrs["sl"]["status"] for t in study.trials] == ["interrupted"]
+
+
+def test_malformed_worker_replies_become_protocol_errors_and_tuning_goes_on() -> None:
+    backend = S.SubprocessBackend(f"{malformed_handler.__name__}:MalformedHandler", timeout_s=60, key="malformed")
+    res = S.tune(toy_func(), "h100", trials=LEGAL, strategy="grid", storage="memory", backend=backend,
+                 rule=ToyRule(), quiet=True, warm_start=False)
+    rec = res.records.set_index(["a", "b", "c"])
+    assert (res.records["status"].isin(COUNTED)).sum() == LEGAL, "tuning stopped early"
+    for (a, c), mode in malformed_handler.MODES.items():
+        row = rec.loc[(a, 1, c)]
+        assert row["status"] == "error", (mode, row["status"])
+        expected = {"zeros": "BelowTimerResolution", "some_zero": "BelowTimerResolution",
+                    "unsendable": "TypeError", "none": "TypeError", "list": "TypeError",
+                    "bad_status": "{'x': 1}"}.get(mode, "ProtocolError")
+        assert row["error_type"] == expected, (mode, row["error_type"], row["error"])
+    assert (res.records[res.records["b"] != 1]["status"] == "ok").all()
+
+
+@pytest.mark.parametrize("reply", [None, [1], "text", {"status": "ok"}, {"status": "ok", "times_us": [0.0]},
+                                   {"status": "ok", "times_us": ["1"]}, {"status": "ok", "times_us": [[1.0]]},
+                                   {"status": "ok", "time_us": -1}, {"status": "ok", "time_us": True},
+                                   {"status": "ok", "times_us": [1.0], "figures": [1]},
+                                   {"status": {"a": 1}}])
+def test_measurement_from_reply_never_raises(reply: Any) -> None:
+    m = measurement_from_reply(reply, 0.5)
+    if isinstance(reply, dict) and reply.get("figures") == [1]:
+        assert m.ok and m.time_us == 1.0  # only the malformed figures are dropped
+    else:
+        assert m.status == "error" and m.error_type in ("ProtocolError", "BelowTimerResolution"), m
+
+
+def test_a_valid_single_time_reply_keeps_its_spread() -> None:
+    m = measurement_from_reply({"status": "ok", "time_us": 5.0, "p20_us": 4.0, "p80_us": 6.0}, 0.1)
+    assert (m.time_us, m.p20_us, m.p80_us) == (5.0, 4.0, 6.0)
+
+
+class Hanging(S.ReplayBackend):
+    """Hangs on a=1 until released (so that the old code, which waited, ends the test by failing)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.release = threading.Event()
+        self.threads: set[str] = set()
+
+    def measure(self, config: Config, schedule: Schedule | None) -> S.Measurement:
+        self.threads.add(threading.current_thread().name)
+        if config["a"] == 1:
+            self.release.wait(BOUND_S)
+        return super().measure(config, schedule)
+
+
+def test_timeout_per_trial_stops_a_hung_in_process_backend(tmp_path: Any) -> None:
+    db = tmp_path / "hang.sqlite3"
+    backend = Hanging(toy_table())
+    try:
+        with pytest.raises(S.InProcessTimeoutError, match=r"tune: .*Hanging.*timeout_per_trial=0.5 s"):
+            S.tune(toy_func(), "h100", trials=LEGAL, strategy="grid", storage=db, backend=backend, rule=ToyRule(),
+                   quiet=True, warm_start=False, timeout_per_trial=0.5)
+    finally:
+        backend.release.set()
+    res = S.tune(toy_func(), "h100", trials=13, strategy="grid", storage=db, backend=S.ReplayBackend(toy_table()),
+                 rule=ToyRule(), quiet=True, warm_start=False)
+    timeouts = res.records[res.records["status"] == "timeout"]
+    assert len(timeouts) == 1 and timeouts.iloc[0]["a"] == 1, "the hung config is recorded, so a rerun skips it"
+    assert timeouts.iloc[0]["error_type"] == "InProcessTimeout"
+
+
+def test_without_a_timeout_an_in_process_backend_runs_inline() -> None:
+    backend = Hanging(toy_table())
+    backend.release.set()
+    S.tune(toy_func(), "h100", trials=4, strategy="grid", storage="memory", backend=backend, rule=ToyRule(),
+           quiet=True, warm_start=False)
+    assert backend.threads == {threading.current_thread().name}
+
+
+class Picky(ToyRule):
+    """Cannot build the two fastest points of the toy table."""
+
+    def schedule(self, func: Any, facts: Any, config: Config, target: Any) -> Schedule:
+        if (config["a"], config["b"]) in ((2, 3), (2, 2)) and config["c"] == 2:
+            raise ValueError(f"cannot build this tile: {config}")
+        return super().schedule(func, facts, config, target)
+
+
+def test_a_best_config_the_rule_cannot_build_falls_back_to_the_next(tmp_path: Any,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    db = tmp_path / "picky.sqlite3"
+    table = toy_table()
+    buildable = sorted((r for r in table if not ((r["config"]["a"], r["config"]["b"]) in ((2, 3), (2, 2))
+                                                 and r["config"]["c"] == 2)), key=lambda r: r["time_us"])
+    with caplog.at_level(logging.WARNING, logger="schedlib.search"):
+        res = S.tune(toy_func(), "h100", trials=LEGAL, strategy="grid", storage=db, backend=S.ReplayBackend(table),
+                     rule=Picky(), quiet=True, warm_start=False)
+    assert res.best_config == buildable[0]["config"] and res.best_time_us == pytest.approx(buildable[0]["time_us"])
+    assert res.best_schedule is not None
+    warned = [r.getMessage() for r in caplog.records if "cannot build the recorded config" in r.getMessage()]
+    assert len(warned) == 2 and "cannot build this tile" in warned[0]
+    assert S.apply_best(toy_func(), "h100", db, rule=Picky()).config == buildable[0]["config"]
+
+
+def test_tune_and_apply_best_name_a_study_whose_records_none_can_build(tmp_path: Any) -> None:
+    class Nothing(ToyRule):
+        def schedule(self, func: Any, facts: Any, config: Config, target: Any) -> Schedule:
+            raise ValueError("never")
+
+    db = tmp_path / "nothing.sqlite3"
+    res = S.tune(toy_func(), "h100", trials=4, strategy="grid", storage=db, backend=S.ReplayBackend(toy_table()),
+                 rule=Nothing(), quiet=True, warm_start=False)
+    assert res.best_config is None and res.best_schedule is None and math.isinf(res.best_time_us)
+    with pytest.raises(S.NoRecordError, match="none succeeded that rule toy can build"):
+        S.apply_best(toy_func(), "h100", db, rule=Nothing())
+
+
+@pytest.mark.parametrize("strategy", ["tpe", "random", "evolutionary"])
+def test_a_seed_beyond_32_bits_is_refused_by_name(strategy: str) -> None:
+    with pytest.raises(ValueError, match=r"tune: seed=4294967296; expected an int with 0 <= seed < 2\*\*32"):
+        S.tune(toy_func(), "h100", trials=2, strategy=strategy, storage="memory",
+               backend=S.ReplayBackend(toy_table()), rule=ToyRule(), quiet=True, seed=2**32)
