@@ -27,6 +27,24 @@ static __device__ __forceinline__ {t} sl_floordiv{sfx}({t} a, {t} b) {{
 static __device__ __forceinline__ {t} sl_floormod{sfx}({t} a, {t} b) {{ return a - sl_floordiv{sfx}(a, b) * b; }}
 """
 HELPERS = _FLOOR_HELPERS.format(t="int", sfx="") + _FLOOR_HELPERS.format(t="long long", sfx="_ll")
+# Float max/min that return NaN when either operand is NaN, as numpy and the reference executor do:
+# fmaxf/fminf return the other operand, so a NaN in a row would vanish from a max reduction or a ReLU.
+# sm_80+ has one instruction for it (max.NaN / min.NaN); older GPUs and the emulator compare and select.
+_NAN_HELPER = """\
+static __device__ __forceinline__ float sl_f{op}_nan(float a, float b) {{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r; asm("{op}.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+#else
+  return (a {cmp} b || a != a) ? a : b;
+#endif
+}}
+"""
+NAN_HELPERS = _NAN_HELPER.format(op="max", cmp=">") + _NAN_HELPER.format(op="min", cmp="<")
+
+
+def float_min_max(op: str) -> str:
+    """The CUDA function for a float ``max``/``min`` (NaN-propagating, see NAN_HELPERS)."""
+    return "sl_fmax_nan" if op == "max" else "sl_fmin_nan"
 
 
 def mangle(name: str) -> str:
@@ -115,7 +133,7 @@ class ExprPrinter:
     def _binary(self, e: Binary) -> str:
         a, b = self.p(e.a), self.p(e.b)
         if e.op in ("min", "max"):
-            fn = ("fminf" if e.op == "min" else "fmaxf") if is_float(e.dtype) else e.op
+            fn = float_min_max(e.op) if is_float(e.dtype) else e.op
             return f"{fn}({a}, {b})"
         if e.op in ("//", "%"):
             # A divisor of 0 is undefined either way, so a non-negative divisor is enough.

@@ -19,20 +19,28 @@ import math
 from dataclasses import dataclass, field, replace
 
 from schedlib.codegen.cross_thread import CrossThreadReduction
-from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, mangle, stored
+from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, float_min_max, mangle, stored
 from schedlib.codegen.double_buffer import DoubleBuffer, is_double_buffered, slot_stride
 from schedlib.codegen.layout import const_bytes, flatten, size_elements
 from schedlib.codegen.vector_access import VectorAccess
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES
-from schedlib.ir.expr import Const, Expr, Load, as_int
-from schedlib.ir.func import THREAD_INDEX_TAGS, Block, Buffer, Func, Loop
+from schedlib.ir.expr import Const, Expr, Load, as_int, binary
+from schedlib.ir.func import GRID_YZ_LIMIT, THREAD_INDEX_TAGS, Block, Buffer, Func, Loop
 from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, substitute, var_ranges
 
 STATIC_SMEM_LIMIT = 48 * 1024
 SYMBOL_PREFIX = "$"  # launch parameters that are symbolic sizes, not buffers
 THREAD_TAGS = THREAD_INDEX_TAGS
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+
+
+def _fits_grid(extent: Expr) -> bool:
+    """Whether a blockIdx.y/z extent fits the grid.  A symbolic one is taken to: the grid-stride loop costs
+    registers in every kernel (a symbolic-M matmul spilled on sm_80), and the launch refuses a grid past
+    the limit with the shapes that caused it (``LaunchSpec.grid_for``)."""
+    value = as_int(extent)
+    return value is None or value <= GRID_YZ_LIMIT
 
 
 @dataclass
@@ -104,6 +112,8 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
     def _launch(self) -> None:
         self.threads = dict.fromkeys(THREAD_TAGS, 1)
         self.grid: dict[str, Expr] = {}
+        self.strided: set[str] = set()  # blockIdx.y/z loops that may exceed the grid limit: grid-stride loops
+        self.uses_shared = any(self.func.buffer(b.store).scope == "shared" for b in self.blocks)
         for b in self.blocks:
             for lp in b.loops:
                 if lp.thread in THREAD_TAGS:
@@ -113,6 +123,11 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
                         raise BuildError(f"block {b.name} binds {lp.name} to {lp.thread}, but only the "
                                          f"outermost block of a kernel ({self.root.name}) may bind blockIdx")
                     self.grid[lp.thread] = lp.extent
+                    if lp.thread != "blockIdx.x" and not _fits_grid(lp.extent):
+                        # y and z stop at 65535 blocks: launch at most that many and let each block stride
+                        # over the rest (a batch of 70,000 matrices, a transpose of a 2^21-row input)
+                        self.grid[lp.thread] = binary("min", lp.extent, Const(GRID_YZ_LIMIT))
+                        self.strided.add(lp.thread)
         if self.threads["threadIdx.z"] > 64:
             raise BuildError(f"kernel {self.name}: threadIdx.z extent {self.threads['threadIdx.z']} exceeds 64")
         self.n_threads = math.prod(self.threads.values())
@@ -197,6 +212,10 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
                 self._open(f"if ({v} < {ext})")
                 return replace(new, divergent=True), 2
             return new, 1
+        if lp.thread in self.strided:
+            dim = lp.thread.split(".")[1]
+            self._open(f"for (int {v} = {lp.thread}; {v} < {self.printer(lp.extent)}; {v} += gridDim.{dim})")
+            return ctx, 1
         if lp.thread in BLOCK_TAGS:
             self._open("")
             self._emit(f"const int {v} = {lp.thread};")
@@ -249,6 +268,9 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
                 self._attached(b, ctx)
             if copies:
                 self._db_store(copies, lp, ctx)
+            if lp.thread in self.strided and self.uses_shared:
+                # the next block index reuses the shared tiles: every thread is done with this one first
+                self._sync()
             self._close(braces)
 
     # statements -------------------------------------------------------------------------------
@@ -272,7 +294,7 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
     def _combine(self, reducer: str, a: str, b: str, dtype: str) -> str:
         if reducer == "sum":
             return f"{a} + {b}"
-        fn = ("fmaxf" if reducer == "max" else "fminf") if dtype.startswith(("float", "bfloat")) else reducer
+        fn = float_min_max(reducer) if dtype.startswith(("float", "bfloat")) else reducer
         return f"{fn}({a}, {b})"
 
     def _check_private_store(self, block: Block, ctx: _Ctx) -> None:

@@ -21,6 +21,7 @@ from schedlib.ir.simplify import free_vars, loads, map_children, substitute
 THREAD_INDEX_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", *THREAD_INDEX_TAGS)
 SCOPES = ("global", "shared", "local")
+GRID_YZ_LIMIT = 65535  # CUDA's largest gridDim.y and gridDim.z (gridDim.x goes to 2^31 - 1)
 # Partial results one thread keeps in registers across a cross-thread reduction (its spatial "lanes").
 MAX_LANES = 16
 

@@ -19,12 +19,13 @@ checked that the bindings really are this form.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from schedlib.errors import ProfileError
 from schedlib.hw import HardwareProfile
 from schedlib.ir.expr import as_int
-from schedlib.ir.func import Func
+from schedlib.ir.func import GRID_YZ_LIMIT, Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import ceil_pow2, const_or
 from schedlib.rules.base import Config, Tiling
@@ -56,6 +57,10 @@ def unavailable(func: Func, facts: Any, target: HardwareProfile) -> str | None:
         target.peak_flops(a, True)
     except ProfileError:
         return f"{target.key} has no {a} tensor cores"
+    batch = math.prod(as_int(facts.extents[ax]) or 1 for ax in facts.batch)
+    if batch > GRID_YZ_LIMIT:
+        # the tensor-core kernels give each matrix of the batch its own blockIdx.z (the SIMT kernel strides)
+        return f"a batch of {batch} matrices exceeds the grid's {GRID_YZ_LIMIT} blocks along z"
     return None
 
 

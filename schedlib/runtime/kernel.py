@@ -20,7 +20,7 @@ from schedlib.codegen.layout import check_index_range
 from schedlib.errors import BuildError, CompileError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.expr import Expr
-from schedlib.ir.func import Func
+from schedlib.ir.func import GRID_YZ_LIMIT, Func
 from schedlib.ir.reference import bind_symbols, evaluate_int
 
 
@@ -36,7 +36,14 @@ class LaunchSpec:
     tensor_maps: tuple[TensorMapSpec, ...] = ()  # parameters the runtime fills with TMA tensor maps
 
     def grid_for(self, symbols: Mapping[str, int]) -> tuple[int, int, int]:
+        """The grid at these symbol values; ShapeError where it passes CUDA's limits, which the launch would
+        refuse with a less telling error (a kernel that gives each of a symbolic batch its own blockIdx.z)."""
         g = tuple(max(evaluate_int(e, symbols), 1) for e in self.grid)
+        if g[0] > 2**31 - 1 or g[1] > GRID_YZ_LIMIT or g[2] > GRID_YZ_LIMIT:
+            bound = ", ".join(f"{n}={v}" for n, v in sorted(symbols.items()))
+            raise ShapeError(f"kernel {self.name}: grid {g} at {bound or 'these shapes'} exceeds CUDA's limits "
+                             f"(x < 2^31, y and z <= {GRID_YZ_LIMIT}); schedule it with fewer blocks along y/z "
+                             "(the SIMT matmul template strides over a batch of any size)")
         return g  # type: ignore[return-value]
 
 
