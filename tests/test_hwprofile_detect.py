@@ -60,14 +60,19 @@ def test_detect_takes_structure_from_the_device():
     props = H100_PROPS | {"name": b"NVIDIA H100 80GB HBM3\x00", "l2CacheSize": 48 * 2**20}
     props["clockRate"] = 1755000
     props.pop("memoryClockRate")  # not needed when a profile matches
-    detected = hw.detect(properties=props)
+    with pytest.warns(ProfileWarning, match="a 1755 MHz clock where profile 'h100' describes 1980 MHz"):
+        detected = hw.detect(properties=props)
     assert detected.key == "h100"
     assert (detected.l2_bytes, detected.clock_mhz) == (48 * 2**20, 1755)
-    assert detected.peak_tflops == hw.load("h100").peak_tflops
+    # Regression: the peaks stayed at the profile's clock while the model timed issue slots at the device's.
+    shipped = hw.load("h100")
+    assert detected.peak_tflops.fp16_tensor == pytest.approx(shipped.peak_tflops.fp16_tensor * 1755 / 1980)
+    assert detected.bandwidth_gbs.shared == pytest.approx(shipped.bandwidth_gbs.shared * 1755 / 1980)
+    assert detected.bandwidth_gbs.dram == shipped.bandwidth_gbs.dram and "peak_tflops" in detected.derived
 
 
 def test_detect_scales_per_sm_throughput_when_sm_count_differs():
-    with pytest.warns(ProfileWarning, match="has 66 SMs but profile 'h100' describes 132"):
+    with pytest.warns(ProfileWarning, match="has 66 SMs where profile 'h100' describes 132"):
         half = hw.detect(properties=H100_PROPS | {"multiProcessorCount": 66})
     assert half.sm_count == 66
     assert half.peak_tflops.fp16_tensor == pytest.approx(989.4 / 2)

@@ -202,15 +202,24 @@ def _from_profile(
     raw["source"] = [*profile.source, f"structural limits read from {where} (cudaGetDeviceProperties); "
                      f"throughput and bandwidth from {profile.origin}"]  # fmt: skip
     derived: tuple[str, ...] = ()
-    sms = raw["sm_count"]
+    # Peak throughput and shared bandwidth are per-SM rates times the SM count times the clock, so a device
+    # with fewer SMs (a MIG slice) or another clock than the profile describes scales them; the model would
+    # otherwise time issue slots at the device's clock and arithmetic at the profile's.
+    differences, ratio = [], 1.0
+    sms, clock = raw["sm_count"], raw["clock_mhz"]
     if isinstance(sms, int) and sms != profile.sm_count and sms > 0:
-        ratio = sms / profile.sm_count  # e.g. a MIG slice: per-SM throughputs scale with the SM count
+        ratio *= sms / profile.sm_count
+        differences.append(f"{sms} SMs where profile '{profile.key}' describes {profile.sm_count}")
+    if isinstance(clock, (int, float)) and not isinstance(clock, bool) and clock > 0 and clock != profile.clock_mhz:
+        ratio *= clock / profile.clock_mhz
+        differences.append(f"a {clock} MHz clock where profile '{profile.key}' describes {profile.clock_mhz} MHz")
+    if differences:
         raw["peak_tflops"] = {k: v * ratio for k, v in raw["peak_tflops"].items()}
         raw["bandwidth_gbs"]["shared"] *= ratio
         derived = ("peak_tflops", "bandwidth_gbs.shared")
         warnings.warn(
-            f"{label} has {sms} SMs but profile '{profile.key}' describes {profile.sm_count}; peak "
-            f"throughput and shared bandwidth were scaled by {ratio:.3f}, DRAM and L2 bandwidth were not",
+            f"{label} has {' and '.join(differences)}; peak throughput and shared bandwidth were scaled by "
+            f"{ratio:.3f}, DRAM and L2 bandwidth were not",
             ProfileWarning,
             stacklevel=3,
         )
