@@ -41,11 +41,18 @@ class WorkloadSpec:
         return f"{self.kind}:{args}" if args else self.kind
 
     def scaled(self, limit: int) -> WorkloadSpec:
-        """The same workload with every size capped at ``limit`` (for the CPU emulator)."""
-        sizes = {k: min(v, limit) for k, v in self.params.items() if k in SIZE_PARAMS and isinstance(v, int)}
-        if "shape" in self.params:
-            sizes["shape"] = tuple(min(d, limit) if isinstance(d, int) else d for d in self.params["shape"])
-        return WorkloadSpec(self.kind, {**self.params, **sizes}, self.label)
+        """The same workload with every size capped at ``limit`` (for the CPU emulator), including the sizes
+        left at the builder's defaults: ``softmax`` alone means 4096x4096.  Those defaults become explicit
+        params (as the CLI's hint spells them); symbolic sizes are kept."""
+        builder = inspect.signature(BUILTINS[self.kind]).parameters
+        defaults = {k: p.default for k, p in builder.items()
+                    if k in (*SIZE_PARAMS, "shape") and p.default is not inspect.Parameter.empty
+                    and p.default is not None}  # matmul's batch=None means no batch axis, not a size
+        params = {**defaults, **self.params}
+        sizes = {k: min(v, limit) for k, v in params.items() if k in SIZE_PARAMS and isinstance(v, int)}
+        if "shape" in params:
+            sizes["shape"] = tuple(min(d, limit) if isinstance(d, int) else d for d in params["shape"])
+        return WorkloadSpec(self.kind, {**params, **sizes}, self.label)
 
 
 SIZE_PARAMS = {"M", "N", "K", "rows", "cols", "batch"}

@@ -104,20 +104,27 @@ def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: st
 
 
 def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: bool = False,
-         batch: ExprLike = 1, epilogue: str | None = None, accum_dtype: str | None = None) -> Func:
-    """``y[b, n] = sum_k x[b, k] * W[n, k]`` (W is KxN when ``trans``: a reduction over the outer axis)."""
+         batch: ExprLike = 1, epilogue: str | None = None, accum_dtype: str | None = None,
+         out_dtype: str | None = None) -> Func:
+    """``y[b, n] = sum_k x[b, k] * W[n, k]`` (W is KxN when ``trans``: a reduction over the outer axis).
+
+    The output dtype follows :func:`matmul`: ``dtype`` for float inputs, the int32 accumulator for integer ones
+    (an int8 dot product overflows int8), unless ``out_dtype`` says otherwise.
+    """
     N, K, batch = (_size("gemv", n, v) for n, v in (("N", N), ("K", K), ("batch", batch)))
     check_dtype(dtype)
     if epilogue not in (None, "bias", "relu", "bias_relu", "gelu"):
         raise IRError(f"gemv: epilogue={epilogue!r}; expected None, bias, relu, bias_relu or gelu")
     acc = _accum(dtype, accum_dtype)
+    out = check_dtype(out_dtype, "out_dtype") if out_dtype else (dtype if is_float(dtype) else acc)
     X = te.placeholder((batch, K), dtype, "X")
     W = te.placeholder((K, N) if trans else (N, K), dtype, "W")
     k = te.reduce_axis(K, "k")
     C = te.compute((batch, N), lambda b, n: te.sum(
         X[b, k].astype(acc) * (W[k, n] if trans else W[n, k]).astype(acc), axis=k), "C")
-    extra = [te.placeholder((N,), dtype, "bias")] if epilogue in ("bias", "bias_relu") else []
-    if epilogue is None and dtype == acc:
+    # the bias is in the output dtype, as matmul's is
+    extra = [te.placeholder((N,), out, "bias")] if epilogue in ("bias", "bias_relu") else []
+    if epilogue is None and out == acc:
         return make_func([X, W, C], "gemv")
 
     def epi(b: Expr, n: Expr) -> Expr:
@@ -128,7 +135,7 @@ def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: 
             x = _relu(x)
         if epilogue == "gelu":
             x = _gelu(x)
-        return x.astype(dtype)
+        return x.astype(out)
 
     D = te.compute((batch, N), epi, "D")
     return make_func([X, W, *extra, D], "gemv_t" if trans else "gemv")
@@ -218,7 +225,12 @@ def layernorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float3
 
 def elementwise(shape: Sequence[ExprLike] = (4096, 4096), chain: Sequence[str] = ("add", "relu"),
                 dtype: str = "float32", scale: float = 0.5) -> Func:
-    """A chain of element-wise stages; ``add``/``mul`` combine with a second input ``Y``."""
+    """A chain of element-wise stages; ``add``/``mul`` combine with a second input ``Y``.
+
+    Every stage's result, and so the output, has ``dtype``: the unary ops and ``scale`` (multiply by ``scale``)
+    compute in float32 and cast back, so an integer chain truncates toward zero after each of them
+    (``scale`` of int8 5 by 0.5 is 2).
+    """
     if isinstance(shape, np.ndarray) and shape.ndim == 1 and np.issubdtype(shape.dtype, np.integer):
         shape = [int(d) for d in shape]  # a numpy shape vector
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not shape:
@@ -247,9 +259,9 @@ def elementwise(shape: Sequence[ExprLike] = (4096, 4096), chain: Sequence[str] =
                 return x + Y[i]
             if op == "mul":
                 return x * Y[i]
-            if op == "scale":
-                return x * scale
             xf = x.astype("float32")
+            if op == "scale":  # cast back like the unary ops: the output dtype must not depend on the order
+                return (xf * scale).astype(dtype)
             y = {"relu": lambda: _relu(xf), "gelu": lambda: _gelu(xf), "exp": lambda: te.exp(xf),
                  "sigmoid": lambda: te.sigmoid(xf), "tanh": lambda: te.tanh(xf)}[op]()
             return y.astype(dtype)

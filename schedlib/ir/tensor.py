@@ -185,12 +185,19 @@ def min(expr: ExprLike, axis: AxisVar | Sequence[AxisVar]) -> Reduce:
 
 
 def identity(op: str, dtype: str) -> Const:
-    """The identity element of a reduction in ``dtype`` (the finite extreme for integers)."""
+    """The identity element of a reduction in ``dtype`` (the finite extreme for integers; for bool, max is
+    "any" and starts at False, min is "all" and starts at True)."""
+    if op not in ("sum", "max", "min"):
+        raise IRError(f"no identity for reduction {op!r}; reductions are sum, max and min")
     if op == "sum":
         return Const(0.0 if is_float(dtype) else 0, dtype)
     if is_float(dtype):
         return Const(-math.inf if op == "max" else math.inf, dtype)
-    limits = {"int8": (-128, 127), "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+    limits = {"bool": (False, True), "int8": (-128, 127), "int32": (-(2**31), 2**31 - 1),
+              "int64": (-(2**63), 2**63 - 1)}
+    if dtype not in limits:
+        raise IRError(f"no identity for a {op} reduction over {dtype!r}; "
+                      f"it is defined for float types and {', '.join(limits)}")
     lo, hi = limits[dtype]
     return Const(lo if op == "max" else hi, dtype)
 

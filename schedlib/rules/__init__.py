@@ -34,6 +34,7 @@ def get_rule(name: str) -> Rule:
 
 def find_rule(func: Func, target: Any) -> Rule:
     """The first rule, in dispatch order, that applies to ``func``."""
+    require_func(func, "find_rule")
     profile = resolve(target)
     for rule in RULES:
         try:

@@ -74,6 +74,10 @@ def epilogue_chain(func: Func, main: Block) -> list[Block] | str:
             return f"block {b.name} reads {current.store} at permuted indices"
         if len(func.consumers(current.store)) != 1:
             return f"{current.store} has several consumers"
+        # A stage the rules fuse is inlined into the next one, so its values never reach memory: a stage that
+        # is also a func output would have to be stored as well, which the templates do not do.
+        if current.store in func.outputs:
+            return f"{current.store} is a func output and also feeds {b.name}; it cannot be fused into {b.name}"
         chain.append(b)
         current = b
     return chain

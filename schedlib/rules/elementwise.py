@@ -37,7 +37,16 @@ class ElementwiseRule(Rule):
     def analyze(self, func: Func, target: HardwareProfile) -> ElementwiseFacts | str:
         return analyze_elementwise(func)
 
+    def _facts(self, func: Func) -> ElementwiseFacts:
+        """The facts, or the error every rule gives when asked about a func it does not take (rather than a
+        space or config that looks usable, or an AttributeError from deep inside)."""
+        facts = analyze_elementwise(func)
+        if isinstance(facts, str):
+            raise ValueError(f"elementwise rule does not apply: {facts}")
+        return facts
+
     def space(self, func: Func, target: Any) -> Space:
+        self._facts(func)
         return Space(self.name, (
             Knob("threads", pow2_range(64, target.max_threads_per_block), "threads per block"),
             Knob("vector", (1, 2, 4, 8), "consecutive elements per thread"),
@@ -45,11 +54,12 @@ class ElementwiseRule(Rule):
 
     def default_config(self, func: Func, target: Any) -> Config:
         """256 threads, each moving 16 bytes per access of the widest array (4 fp32, 8 fp16 elements)."""
+        self._facts(func)
         widest = max(BYTES[func.buffer(n).dtype] for n in (*func.inputs, *func.outputs))
         return {"threads": 256, "vector": max(1, min(8, 16 // widest))}
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
-        out = func.block(analyze_elementwise(func).outputs[0])  # type: ignore[union-attr]
+        out = func.block(self._facts(func).outputs[0])
         tile = {a.name: 1 for a in out.axes}
         tile[out.axes[-1].name] = config["threads"] * config["vector"]
         return Tiling(out.name, tile, {}, {}, config["threads"], 0, 16 + 2 * config["vector"], config["vector"])

@@ -46,7 +46,15 @@ class TransposeRule(Rule):
     def analyze(self, func: Func, target: HardwareProfile) -> TransposeFacts | str:
         return analyze_transpose(func)
 
+    def _facts(self, func: Func) -> TransposeFacts:
+        """The facts, or the error every rule gives for a func it does not take (not a bare assert)."""
+        facts = analyze_transpose(func)
+        if isinstance(facts, str):
+            raise ValueError(f"transpose rule does not apply: {facts}")
+        return facts
+
     def space(self, func: Func, target: Any) -> Space:
+        self._facts(func)
         return Space(self.name, (
             Knob("tile", (16, 32, 64), "square tile edge staged in shared memory"),
             Knob("rows_per_thread", (1, 2, 4, 8), "tile rows each thread copies"),
@@ -55,11 +63,11 @@ class TransposeRule(Rule):
            <= target.max_threads_per_block else "too many threads per block")
 
     def default_config(self, func: Func, target: Any) -> Config:
+        self._facts(func)
         return {"tile": 32, "rows_per_thread": 4, "pad": 1}
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
-        facts = analyze_transpose(func)
-        assert not isinstance(facts, str)
+        facts = self._facts(func)
         blk = func.block(facts.block)
         t = config["tile"]
         tile = {a.name: (t if a.name in (facts.out_last, facts.in_last) else 1) for a in blk.axes}

@@ -87,3 +87,22 @@ def test_a_suite_file_syntax_error_names_line_and_column(tmp_path: Path, name: s
         load_suite_file(path)
     assert str(info.value) == f"suite file {path}: {message}"
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "shapes"), [
+    ("matmul:dtype=float16", {"A": (64, 64), "B": (64, 64)}),  # M, N, K all left at 1024
+    ("softmax", {"X": (64, 64)}),  # rows and cols left at 4096
+    ("gemv:N=8", {"X": (1, 64), "W": (8, 64)}),  # K left at 4096; N explicit and already small; batch 1
+    ("elementwise:chain=exp", {"X": (64, 64)}),  # the default shape (4096, 4096)
+    ("matmul:M=8,batch=100", {"A": (64, 8, 64), "B": (64, 64, 64)}),
+])
+def test_scaled_caps_sizes_left_at_the_builders_defaults(text: str, shapes: dict[str, tuple[int, ...]]) -> None:
+    func = parse_workload(text).scaled(64).build()
+    assert {n: tuple(d.value for d in func.buffer(n).shape) for n in func.inputs} == shapes
+
+
+def test_scaled_spells_the_capped_defaults_and_keeps_the_rest() -> None:
+    spec = parse_workload("matmul:dtype=float16").scaled(64)
+    assert spec.params == {"M": 64, "N": 64, "K": 64, "dtype": "float16"}  # batch=None stays "no batch axis"
+    assert parse_workload(spec.text).params == spec.params
+    assert parse_workload("gemv:N=$NN").scaled(64).params["N"] == Var("NN")  # symbolic sizes stay symbolic

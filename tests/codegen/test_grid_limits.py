@@ -3,7 +3,8 @@
 The SIMT kernels launch at most 65535 blocks there and stride over the rest when the extent is known to
 exceed it (a batch of 70,000 small matrices, the batch of a batched transpose); the tensor-core templates,
 which give every matrix its own blockIdx.z, leave a batch that large to the SIMT template.  A symbolic
-extent past the limit is refused at launch with the shapes that caused it.  The kernels run on the CPU emulator, which enforces the limits.
+extent past the limit is refused at launch with the shapes that caused it.  The kernels run on the CPU
+emulator, which enforces the limits.
 """
 
 from __future__ import annotations

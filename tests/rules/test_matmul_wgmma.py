@@ -40,11 +40,17 @@ def wg(bm: int, bn: int, bk: int, wn: int, stages: int, raster: int = 1) -> dict
     ("float32", "h100", False),  # the fp32 space has no tensor-core template at all
 ])
 def test_wgmma_is_in_the_space_only_on_hopper(dtype: str, target: str, present: bool) -> None:
-    space = MATMUL.space(wl.matmul(512, 512, 512, dtype), sl.hw.load(target))
+    f, profile = wl.matmul(512, 512, 512, dtype), sl.hw.load(target)
+    space = MATMUL.space(f, profile)
     assert ("wgmma" in space.knob("tensor_core").values) == present
     assert (256 in space.knob("block_n").values) == present and (64 in space.knob("block_k").values) == present
-    if not present:
-        assert all(c["tensor_core"] != "wgmma" for c in space.enumerate(limit=200))
+    # The template's own default agrees: a legal wgmma point where the knob offers it, an error elsewhere.
+    if present:
+        default = MATMUL.template_default(f, profile, "wgmma")
+        assert default["tensor_core"] == "wgmma" and space.is_legal(default)
+    else:
+        with pytest.raises(ValueError, match="tensor_core='wgmma' is not in this matmul's space"):
+            MATMUL.template_default(f, profile, "wgmma")
 
 
 def test_a_template_the_profile_turns_off_is_nowhere() -> None:
