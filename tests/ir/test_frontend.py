@@ -57,7 +57,9 @@ def test_dtypes_of_the_workloads() -> None:
         "A": "float16", "B": "float16", "C": "float32", "D": "float16"}
     assert dtypes(sl.workloads.matmul(4, 4, 4, dtype="float16", out_dtype="float32", accum_dtype="float32")) == {
         "A": "float16", "B": "float16", "C": "float32"}
-    assert dtypes(sl.workloads.gemv(4, 4, dtype="int8", epilogue="bias"))["D"] == "int8"
+    # an integer GEMV keeps its int32 accumulator as the output, as matmul does; out_dtype narrows it
+    assert dtypes(sl.workloads.gemv(4, 4, dtype="int8", epilogue="bias"))["D"] == "int32"
+    assert dtypes(sl.workloads.gemv(4, 4, dtype="int8", out_dtype="int8"))["D"] == "int8"
     assert dtypes(sl.workloads.reduce(4, 4, "max", dtype="float16"))["R"] == "float16"
     assert dtypes(sl.workloads.reduce(4, 4, "mean", dtype="int32")) == {"X": "int32", "R": "int32", "D": "float32"}
     assert dtypes(sl.workloads.softmax(4, 4, dtype="bfloat16"))["T_exp"] == "float32"
