@@ -219,6 +219,11 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
         if lp.thread in BLOCK_TAGS:
             self._open("")
             self._emit(f"const int {v} = {lp.thread};")
+            if as_int(lp.extent) is None:
+                # A symbolic extent of 0 still launches one block (a grid has no empty dimension); the guard
+                # is uniform over the block, so barriers inside it stay legal.
+                self._open(f"if ({v} < {self.printer(lp.extent)})")
+                return ctx, 2
             return ctx, 1
         if lp.unrolled or lp.vectorized or self.staging:  # a staged copy indexes its registers by constants
             self._emit("#pragma unroll")

@@ -34,9 +34,9 @@ from schedlib.codegen.cuda_expr import ctype, mangle, stored
 from schedlib.codegen.layout import strides
 from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
 from schedlib.ir.dtype import BYTES
-from schedlib.ir.expr import Const, Expr, Load, as_int
+from schedlib.ir.expr import Binary, Const, Expr, Load, Select, as_int
 from schedlib.ir.func import Block, Buffer, Loop
-from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, substitute
+from schedlib.ir.simplify import children, conjuncts, free_vars, loads, simplify, substitute
 
 
 @dataclass(frozen=True)
@@ -145,9 +145,10 @@ class VectorAccess:
         if guards is None:
             return None
         value = simplify(substitute(block.value, self.bindings), self.ranges)
+        guarded = _guarded_loads(value, lp.name)
         reads: dict[Load, _Access] = {}
         for ld in loads(value):
-            if ld in reads or ld.buffer == block.store or lp.name not in free_vars(ld):
+            if ld in reads or ld in guarded or ld.buffer == block.store or lp.name not in free_vars(ld):
                 continue
             access = self._widen(ld.buffer, ld.indices, lp, width)
             if access is not None:
@@ -209,3 +210,31 @@ class VectorAccess:
         self._close_vector_loads(plan, braces)
         self._close()
         return True
+
+
+def _guarded_loads(e: Expr, var: str) -> set[Load]:
+    """Loads that run only under a condition varying with ``var`` (a select's branches, the right side of
+    ``and``/``or``): a vector load would read all ``width`` elements up front, past the guard (a pad op's
+    ``if_then_else(i < n, X[i], 0)`` read beyond the end of X)."""
+    out: set[Load] = set()
+
+    def visit(x: Expr, guarded: bool) -> None:
+        if isinstance(x, Load):
+            if guarded:
+                out.add(x)
+            for i in x.indices:
+                visit(i, guarded)
+        elif isinstance(x, Select):
+            visit(x.cond, guarded)
+            branch = guarded or var in free_vars(x.cond)
+            visit(x.then, branch)
+            visit(x.other, branch)
+        elif isinstance(x, Binary) and x.op in ("and", "or"):
+            visit(x.a, guarded)
+            visit(x.b, guarded or var in free_vars(x.a))
+        else:
+            for child in children(x):
+                visit(child, guarded)
+
+    visit(e, False)
+    return out

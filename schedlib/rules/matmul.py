@@ -24,7 +24,7 @@ from typing import Any
 from schedlib.hw import HardwareProfile
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Expr, as_int
-from schedlib.ir.func import Func
+from schedlib.ir.func import GRID_YZ_LIMIT, Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules import matmul_tc as tc
 from schedlib.rules import matmul_wgmma as wg
@@ -188,7 +188,12 @@ class MatmulRule(Rule):
                 return "vector width does not divide the copy evenly"
             return None
 
+        rows = as_int(facts.extents[facts.m])
+
         def check(c: Config) -> str | None:
+            if c["tensor_core"] and rows is not None and -(-rows // c["block_m"]) > GRID_YZ_LIMIT:
+                # the tensor-core kernels give each block row its own blockIdx.y (the SIMT kernel strides)
+                return f"{-(-rows // c['block_m'])} block rows exceed the grid's {GRID_YZ_LIMIT} along y"
             if wg.is_wgmma(c["tensor_core"]):
                 return layout_why or wg.check(c, facts, target)
             exclusive = wg.exclusive_reason(c) if hopper else None

@@ -64,3 +64,19 @@ def test_a_symbolic_batch_past_a_tensor_core_kernels_limit_is_refused_by_name() 
     a = np.zeros((BATCH, 16, 16), np.float16)
     with pytest.raises(ShapeError, match=r"grid \(1, 1, 70000\) at nb=70000 exceeds CUDA's limits"):
         kernel.run_cpu(a, a)
+
+
+def test_tensor_core_configs_with_more_block_rows_than_the_grid_holds_are_illegal() -> None:
+    """Found by reading: the tensor-core kernels put block rows on blockIdx.y without striding, so 2^23 rows
+    of 128 would have built a kernel that cannot launch."""
+    f = sl.workloads.matmul(2**23, 16, 16, "float16")
+    h100 = sl.hw.load("h100")
+    rule = sl.rules.get_rule("matmul")
+    space = rule.space(f, h100)
+    default = rule.default_config(f, h100)
+    assert default["tensor_core"] is False
+    for template in ("wgmma_tma", True):
+        reason = space.reason({**default, "tensor_core": template, "block_m": 128})
+        assert reason == "65536 block rows exceed the grid's 65535 along y", reason
+    kernel = sl.build(rule.apply(f, h100, default), h100)
+    assert kernel.launch[0].grid_for({})[1] == 65535 and "gridDim.y" in kernel.source

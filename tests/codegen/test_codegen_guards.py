@@ -1,0 +1,67 @@
+"""Guards the generated code needs where a schedule or a size is at its edge.
+
+Each case used to produce a kernel that read or wrote outside its buffers, or one that would hang on the GPU:
+a symbolic row count of 0 (a grid has no empty dimension, so one block ran), a vector load hoisted out of
+the ``if_then_else`` that guards it, and double-buffered copies whose barriers sat inside a thread guard.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import schedlib as sl
+from schedlib.errors import BuildError
+
+
+@pytest.mark.parametrize("kind", ["softmax", "layernorm"])
+@pytest.mark.parametrize("rows", [0, 1, 3])
+def test_row_kernels_with_a_symbolic_row_count_of_zero(kind: str, rows: int) -> None:
+    cols = 37
+    f = getattr(sl.workloads, kind)(sl.var("M"), cols)
+    kernel = sl.build(sl.rules.apply_default(f, "h100"), "h100")
+    x = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32)
+    extra = [np.ones(cols, np.float32), np.zeros(cols, np.float32)] if kind == "layernorm" else []
+    out = kernel.run_cpu(x, *extra, bounds_check=True)  # checked: block 0 used to touch row 0 of nothing
+    want = sl.run_reference(f, dict(zip(f.inputs, [x, *extra])))[f.outputs[0]]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_vector_load_stays_under_its_if_then_else() -> None:
+    X = sl.placeholder((10,), "float32", "X")
+    f = sl.func([X, sl.compute((16,), lambda i: sl.if_then_else(i < 10, X[i], 0.0), "Y")], "pad")
+    s = sl.Schedule(f)
+    outer, thread, lane = s.split(s.get_loops("Y")[0], [None, 2, 4])
+    s.bind(outer, "blockIdx.x")
+    s.bind(thread, "threadIdx.x")
+    s.vectorize(lane)
+    kernel = sl.build(s, "h100")
+    assert "SL_VLOAD_REGS(uint4, sl_vec1, X" not in kernel.source  # the read of X stays scalar
+    x = np.arange(1, 11, dtype=np.float32)
+    np.testing.assert_array_equal(kernel.run_cpu(x, bounds_check=True), np.concatenate([x, np.zeros(6, np.float32)]))
+
+
+@pytest.mark.parametrize("double_buffered", [False, True])
+def test_copies_inside_a_thread_guard_are_refused_either_way(double_buffered: bool) -> None:
+    """The copies spread over 16 threads in x while C's loop has 8, so C's statements sit under
+    ``if (C_j_1 < 8)``; a barrier there waits for threads that never come."""
+    s = sl.Schedule(sl.workloads.matmul(64, 64, 64))
+    i, j, k = s.get_loops("C")
+    by, ty, _ = s.split(i, [None, 8, 4])
+    bx, tx, _ = s.split(j, [None, 8, 4])
+    ko, _ = s.split(k, [None, 16])
+    s.reorder(by, bx, ty, tx, ko)
+    for loop, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"), (tx, "threadIdx.x")):
+        s.bind(loop, tag)
+    s.reverse_compute_at(s.cache_write("C", "local"), tx)
+    for operand in ("A", "B"):
+        shared = s.cache_read("C", operand, "shared")
+        s.compute_at(shared, ko)
+        _, fy, fx = s.split(s.fuse(*s.get_loops(shared)), [None, 8, 16])
+        s.bind(fy, "threadIdx.y")
+        s.bind(fx, "threadIdx.x")
+        if double_buffered:
+            s.double_buffer(shared)
+    s.decompose_reduction("C", ko)
+    with pytest.raises(BuildError, match=r"shares? memory between threads but sits? inside a thread guard"):
+        sl.build(s, "h100")
