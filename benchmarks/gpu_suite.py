@@ -27,7 +27,9 @@
 4. CSV and Markdown go to ``$OUT`` (or ``--out``); the full table is printed, then a short one last: per
    workload, the fastest schedlib row against the vendor library.
 
-``--dry-run`` runs the same pipeline with the carver's estimates and no GPU, to check the script itself.
+``--dry-run`` runs the same pipeline with the carver's estimates and no GPU, to check the script itself; every
+table and heading then says its times are carver-model estimates.  The options are checked before any work,
+and the exit status is 1 when no workload produced rows or every workload failed or was skipped.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from script_args import Parser, positive_float, positive_int, writable_dir
 
 import schedlib as sl
 from schedlib.report import compare, markdown_table
@@ -71,6 +76,14 @@ SUITE = [
     WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"}, "matmul_fp16_4096"),
     WorkloadSpec("matmul", {"M": 2048, "N": 6144, "K": 4096, "dtype": "float16"}, "prefill_qkv_2048"),
 ]
+# One device call is cut at 600 s; start-up (about 1 s) and writing the tables need what the budget leaves.
+BUDGET_CAP = 590.0
+# What a dry run's numbers are, said wherever they appear: a table of them reads like measurements otherwise.
+ESTIMATES = "carver-model estimates for the h100 profile, not measurements"
+DRY_RUN_NOTE = ("Dry run, no GPU: every time is the carver model's estimate for the h100 profile, not a "
+                "measurement; % of roofline is against the h100 profile's peaks (no measured ceilings); the "
+                "tensor-core self-check ran one case (nn_f16) per template on the CPU emulator, not every case "
+                "on a GPU.")
 
 
 def ceilings() -> dict[str, float]:
@@ -125,6 +138,8 @@ def write_rows(df: pd.DataFrame, path: Path) -> None:
     vendor = df.loc[df["method"] == "vendor", "time_us"]
     vendor_us = float(vendor.iloc[0]) if len(vendor) else float("nan")
     df = df.assign(speedup_vs_vendor=vendor_us / df["time_us"])
+    if "config" in df.columns:  # as JSON, as report.csv has them (a dict's repr is Python, not data)
+        df["config"] = df["config"].map(lambda c: json.dumps(c) if isinstance(c, dict) else c)
     rank = df["method"].map(lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else
                             len(METHOD_ORDER) + (m == "vendor"))
     write_atomic(df.iloc[rank.argsort(kind="stable")], path)
@@ -160,8 +175,8 @@ def selfcheck_all(args: argparse.Namespace, ceil: dict[str, float] | None, limit
         df, what = run_isolated(f"{SELFCHECK}-{name}", args, ceil, limit)
         turn_off = what != "ok"
         if df is not None and len(df):
-            frames.append(df)
             errors = df["error"].where(df["error"].notna(), "").astype(str)
+            frames.append(df.assign(error=errors))  # no error: "" (the CSV round trip made it NaN, "n/a")
             failed = ~df["ok"].astype(bool) & ~errors.str.startswith("not available")  # not: a card without it
             differs = failed & errors.str.startswith("result differs")
             broken = failed & ~differs
@@ -177,7 +192,8 @@ def selfcheck_all(args: argparse.Namespace, ceil: dict[str, float] | None, limit
             what += "; turned off for the workloads"
         if what != "ok":
             problems.append((f"tensor-core self-check of {name}", what))
-        print(f"tensor-core self-check of {name}: {what} in {time.time() - t0:.0f} s", flush=True)
+        where = " (dry run: case nn_f16 on the CPU emulator)" if args.dry_run else ""
+        print(f"tensor-core self-check of {name}: {what} in {time.time() - t0:.0f} s{where}", flush=True)
     return (pd.concat(frames, ignore_index=True) if frames else None), off, problems
 
 
@@ -225,7 +241,7 @@ def run_isolated(label: str, args: argparse.Namespace, ceil: dict[str, float] | 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
     """One row per workload: its fastest schedlib row (method and time), the vendor's time, their ratio (> 1:
-    schedlib is faster) and that row's share of the roofline."""
+    schedlib is faster), that row's share of the roofline and its source (``estimated`` in a dry run)."""
     rows = []
     for workload, rows_of in table.groupby("workload", sort=False):
         ours = rows_of[(rows_of["method"] != "vendor") & rows_of["time_us"].notna()]
@@ -235,33 +251,57 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
             best = ours.loc[ours["time_us"].idxmin()]
             rows.append({"workload": workload, "best": best["method"], "best_us": float(best["time_us"]),
                          "vendor_us": vendor_us, "vs_vendor": vendor_us / float(best["time_us"]),
-                         "pct_roofline": float(best["pct_roofline"])})
+                         "pct_roofline": float(best["pct_roofline"]), "source": best.get("source", "")})
         else:
             rows.append({"workload": workload, "best": "(none ran)", "best_us": float("nan"),
-                         "vendor_us": vendor_us, "vs_vendor": float("nan"), "pct_roofline": float("nan")})
-    return pd.DataFrame(rows, columns=["workload", "best", "best_us", "vendor_us", "vs_vendor", "pct_roofline"])
+                         "vendor_us": vendor_us, "vs_vendor": float("nan"), "pct_roofline": float("nan"),
+                         "source": ""})
+    return pd.DataFrame(rows, columns=SUMMARY)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT", "gpu-suite-out"))
-    ap.add_argument("--trials", type=int, default=8)
-    ap.add_argument("--topk", type=int, default=4)
-    ap.add_argument("--only", nargs="*", help="labels of the workloads to run")
+SUMMARY = ["workload", "best", "best_us", "vendor_us", "vs_vendor", "pct_roofline", "source"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, every one checked here, before the self-checks: on a GPU a mistake found later wastes the
+    one device call."""
+    labels = [spec.label for spec in SUITE]
+    ap = Parser(prog="gpu_suite.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "gpu-suite-out"),
+                    help="folder for gpu_suite.csv, gpu_suite.md and parts/ (default: $OUT, else gpu-suite-out)")
+    ap.add_argument("--trials", type=positive_int, default=8, help="search trials per workload (default 8)")
+    ap.add_argument("--topk", type=positive_int, default=4, help="carver configs timed per workload (default 4)")
+    ap.add_argument("--only", nargs="+", metavar="LABEL", help=f"the workloads to run, of {', '.join(labels)}")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: estimates only, to test the script")
-    ap.add_argument("--budget", type=float, default=560.0, help="seconds for the whole call (default 560)")
-    ap.add_argument("--workload-timeout", type=float, default=150.0, help="seconds per workload (default 150)")
+    ap.add_argument("--budget", type=positive_float, default=560.0,
+                    help=f"seconds for the whole call, at most {BUDGET_CAP:g} (default 560)")
+    ap.add_argument("--workload-timeout", type=positive_float, default=150.0,
+                    help="seconds per workload (default 150)")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # run one workload in this process
     ap.add_argument("--ceilings", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--disable", default="", metavar="NAMES",
                     help=f"templates to turn off, comma-separated, of {', '.join(TEMPLATES)} (besides those the "
                          "self-check turns off)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     unknown = [n for n in args.disable.split(",") if n and n not in TEMPLATES]
     if unknown:
         ap.error(f"--disable: unknown template(s) {unknown}; choose from {', '.join(TEMPLATES)}")
-    out = Path(args.out)
-    (out / "parts").mkdir(parents=True, exist_ok=True)
+    unknown = [n for n in args.only or [] if n not in labels]
+    if unknown:
+        ap.error(f"--only: unknown workload(s) {', '.join(unknown)}; the suite has {', '.join(labels)}")
+    if args.budget > BUDGET_CAP:
+        ap.error(f"--budget {args.budget:g}: at most {BUDGET_CAP:g} s, since one device call is cut at 600 s "
+                 "and start-up and the tables need the rest")
+    children = [*labels, *(f"{SELFCHECK}-{n}" for n in TEMPLATES)]
+    if args.child is not None and args.child not in children:
+        ap.error(f"--child {args.child!r}: not a workload or self-check of this suite")
+    writable_dir(ap, args.out)
+    writable_dir(ap, Path(args.out) / "parts")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.child and args.child.startswith(f"{SELFCHECK}-"):
         run_selfcheck(args, args.child.removeprefix(f"{SELFCHECK}-"))
         return 0
@@ -272,6 +312,8 @@ def main() -> int:
     start = time.time()
     if args.dry_run:
         device, ceil = "none (dry run)", None
+        print(f"dry run, no GPU: {ESTIMATES}; the self-check runs one case per template on the CPU emulator",
+              flush=True)
     else:
         import cupy as cp
 
@@ -285,6 +327,7 @@ def main() -> int:
     frames: list[pd.DataFrame] = []
     check, off, problems = selfcheck_all(args, ceil, min(args.workload_timeout, args.budget / 12))
     args.disable = ",".join(dict.fromkeys([*filter(None, args.disable.split(",")), *off]))  # and any given
+    completed = 0
     for spec in suite:
         t0 = time.time()
         left = args.budget - (t0 - start)
@@ -297,36 +340,54 @@ def main() -> int:
             frames.append(df)
         if what != "ok":
             problems.append((spec.label, what))
+        completed += what == "ok"
         print(f"{spec.label}: {what} in {time.time() - t0:.0f} s", flush=True)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    stamp = datetime.date.today().isoformat()
+    report(table, check, problems, device, ceil, args, start)
+    if not len(table) or not completed:  # a run to check the script, or a GPU call, that showed nothing
+        why = "no workload produced rows" if not len(table) else "every workload failed or was skipped"
+        print(f"gpu_suite.py: error: {why} (see the list above and {Path(args.out) / 'gpu_suite.md'})",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def report(table: pd.DataFrame, check: pd.DataFrame | None, problems: list[tuple[str, str]], device: str,
+           ceil: dict[str, float] | None, args: argparse.Namespace, start: float) -> None:
+    """gpu_suite.csv and gpu_suite.md under ``--out``, then the tables on stdout, the short one last."""
+    out, dry = Path(args.out), args.dry_run
     table.to_csv(out / "gpu_suite.csv", index=False)
     cols = ["workload", "method", "time_us", "tflops", "gbs", "pct_roofline", "speedup_vs_vendor", "source"]
-    lines = [f"# GPU suite on {device}, {stamp}", ""]
+    said = f": {ESTIMATES}" if dry else ""
+    lines = [f"# GPU suite on {device}{said}, {datetime.date.today().isoformat()}", ""]
     if ceil:
         lines += [f"Ceilings: copy {ceil['bandwidth'] / 1e9:.0f} GB/s; cuBLAS fp16 {ceil['fp16_flops'] / 1e12:.0f} "
                   f"TFLOP/s; fp32 {ceil['fp32_flops'] / 1e12:.1f} TFLOP/s.", ""]
+    if dry:
+        lines += [DRY_RUN_NOTE, ""]
     if len(table):
-        lines += ["## Summary: the fastest schedlib row per workload", "",
-                  markdown_table(summary(table), ["workload", "best", "best_us", "vendor_us", "vs_vendor",
-                                                  "pct_roofline"]), "", "## Every row", ""]
+        lines += [f"## Summary: the fastest schedlib row per workload{' (' + ESTIMATES + ')' if dry else ''}", "",
+                  markdown_table(summary(table), SUMMARY), "", "## Every row", ""]
     lines += [markdown_table(table, cols) if len(table) else "(no results)", ""]
+    where = " (dry run: one case per template on the CPU emulator, not on a GPU)" if dry else ""
     if check is not None and len(check):
-        lines += ["## Tensor-core self-check", "",
+        lines += [f"## Tensor-core self-check{where}", "",
                   markdown_table(check, ["template", "case", "ok", "max_err", "error"]), ""]
     lines += [f"- {label}: {what}" for label, what in problems]
     lines += ["", f"Wall time {time.time() - start:.0f} s."]
     (out / "gpu_suite.md").write_text("\n".join(lines))
     if len(table):
+        print(f"\nEvery row{' (' + ESTIMATES + ')' if dry else ''}:")
         print(table[cols].to_string(index=False))
     if check is not None and len(check):
+        print(f"\nTensor-core self-check{where}:")
         print(check[["template", "case", "ok", "max_err", "error"]].to_string(index=False))
     for label, what in problems:
         print(f"{label}: {what}")
     if len(table):  # last: the short table
-        print("\nSummary (fastest schedlib row per workload against the vendor library):")
+        print("\nSummary (fastest schedlib row per workload against the vendor library"
+              + (f"; dry run: {ESTIMATES}" if dry else "") + "):")
         print(summary(table).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    return 0
 
 
 if __name__ == "__main__":

@@ -41,6 +41,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from script_args import Parser, positive_int
 
 import schedlib as sl
 import schedlib.search as S
@@ -191,17 +194,28 @@ def _mean(values: list[int | None], budget: int) -> tuple[str, float]:
     return f"{'>=' if any(v is None for v in values) else ''}{mean:.1f}", mean
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=8)
-    ap.add_argument("--budget", type=int, default=300)
-    ap.add_argument("--jobs", type=int, default=2)
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """The options and the strategies, checked here: a bad name would fail in a pool worker, as a traceback."""
+    ap = Parser(prog="search_strategies.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=positive_int, default=8, help="runs per strategy and space (default 8)")
+    ap.add_argument("--budget", type=positive_int, default=300, help="trials per run at most (default 300)")
+    ap.add_argument("--jobs", type=positive_int, default=2, help="worker processes (default 2)")
     ap.add_argument("--remake", action="store_true", help="rewrite the recorded spaces")
-    ap.add_argument("--strategies", default=",".join(STRATEGIES))
-    ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES),
+                    help=f"comma-separated, of {', '.join(STRATEGIES)} (default: all)")
+    ap.add_argument("--skip-overhead", action="store_true", help="no overhead table")
     ap.add_argument("--skip-search", action="store_true", help="only the overhead table")
-    args = ap.parse_args()
-    strategies = [s for s in args.strategies.split(",") if s]
+    args = ap.parse_args(argv)
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown or not strategies:
+        ap.error(f"--strategies: unknown strategy(s) {', '.join(unknown) or '(none given)'}; choose from "
+                 f"{', '.join(STRATEGIES)}")
+    return args, strategies
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, strategies = parse_args(argv)
     spaces = make_spaces(args.remake)
     print("Recorded spaces (replay backend; matmul rule, H100 profile, every legal config):")
     for name, path in spaces.items():

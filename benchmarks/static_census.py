@@ -19,7 +19,6 @@ This is a check of the generated code, not a timing: the times come from ``gpu_s
 
 from __future__ import annotations
 
-import argparse
 import collections
 import re
 import sys
@@ -32,8 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_suite import SUITE
+from script_args import Parser, writable_dir
 
 import schedlib as sl
+from schedlib.errors import SchedlibError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.expr import as_int
 from schedlib.report import markdown_table
@@ -106,7 +107,7 @@ def _forms(ops: dict[str, int], prefix: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(prog="static_census.py", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="h100", help="hardware profile the rules schedule for (default h100)")
     ap.add_argument("--out", help="also write census.md and census.csv to this folder")
     ap.add_argument("--only", nargs="+", metavar="WORKLOAD", help="these workloads of the suite (default: all)")
@@ -118,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(wanted) - names)
     if unknown:
         ap.error(f"unknown workloads {', '.join(unknown)}; the suite has {', '.join(sorted(names))}")
+    try:  # checked before the compiles: a misspelt target would otherwise fail the first workload
+        sl.hw.resolve(args.target)
+    except (SchedlibError, ValueError, LookupError) as exc:
+        ap.error(f"--target: {exc}")
+    out = writable_dir(ap, args.out) if args.out else None  # before the work, not after it
     if find_nvcc() is None:
         ap.error("needs nvcc (on PATH, or $CUDA_HOME/bin)")
     banks = not args.no_banks
@@ -131,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     table = pd.DataFrame(rows)
     text = markdown_table(table)
     print(text)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         (out / "census.md").write_text(text + "\n")
         table.to_csv(out / "census.csv", index=False)
     return 0

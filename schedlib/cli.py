@@ -2,7 +2,7 @@
 
     schedlib schedule WORKLOAD --target h100 [--explain] [--emulate]
     schedlib carve WORKLOAD --target h100 --topk 10
-    schedlib tune WORKLOAD --trials 64 --storage sqlite:///tune.db [--backend gpu|replay|estimate]
+    schedlib tune WORKLOAD --trials 64 --storage sqlite:///tune.db [--backend gpu|estimate] [--replay FILE]
     schedlib compare --suite llm-decoder --target auto --out report/
     schedlib profiles [list|show NAME|detect]
     schedlib demo
@@ -66,10 +66,15 @@ def _fallback(reason: str) -> Any:
     return profile
 
 
+def _is_auto(target: str) -> bool:
+    # hw.resolve takes any spelling of "auto"; so must the no-GPU fallback, or "AUTO" reaches detect() and fails
+    return target.strip().lower() == "auto"
+
+
 def _profile(target: str) -> Any:
     from schedlib.hw import detect, resolve
 
-    if target == "auto":
+    if _is_auto(target):
         reason = _no_gpu_reason()
         return detect() if reason is None else _fallback(f"no GPU found ({reason})")
     return resolve(target)
@@ -84,7 +89,7 @@ def _workload(text: str) -> Any:
 def cmd_schedule(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from schedlib.report.demo import SYMBOLIC_DEFAULT, random_inputs
+    from schedlib.report.demo import SYMBOLIC_DEFAULT, random_inputs, tolerance
     from schedlib.rules import apply_default, explain, get_rule
     from schedlib.runtime.kernel import build
 
@@ -125,7 +130,15 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         got = np.asarray(got[0] if isinstance(got, tuple) else got, dtype=np.float64)
         err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
         sizes = ", ".join(f"{k}={v}" for k, v in zip(func.symbols, [SYMBOLIC_DEFAULT] * len(func.symbols)))
-        print(f"\nemulator vs numpy{' at ' + sizes if sizes else ''}: max relative error {err:.2e}")
+        tol = tolerance(func)  # the demo's: a wrong kernel must fail here as it does there
+        ok = err <= tol  # a NaN error is a mismatch too
+        print(f"\nemulator vs numpy{' at ' + sizes if sizes else ''}: max relative error {err:.2e} "
+              f"(tolerance {tol:.0e}): {'ok' if ok else 'MISMATCH'}")
+        if not ok:  # a wrong kernel, not a usage error: status 1, as demo gives
+            sys.stdout.flush()
+            print(f"schedlib: error: --emulate: the kernel's result differs from numpy's (max relative error "
+                  f"{err:.2e}, more than {tol:.0e})", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -225,17 +238,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from schedlib.search import tune
     from schedlib.search.records import COUNTED
 
-    kwargs: dict[str, Any] = {}
-    if args.replay:
-        kwargs["replay"] = args.replay
+    backend = _tune_backend(args)
     func = _workload(args.workload).build()
     profile = _profile(args.target)
-    if args.backend == "gpu":
+    if backend == "gpu":
         _require_gpu()
     res = tune(func, profile, trials=args.trials, strategy=args.strategy, storage=args.storage,
-               backend=args.backend, quiet=args.quiet, **kwargs)
+               backend=backend, quiet=args.quiet, **({"replay": args.replay} if args.replay else {}))
+    # the label names the backend that ran: with --replay that is the recording, never the carver
     source = {"estimate": "estimated by the carver's model, not measured", "gpu": "measured on the GPU",
-              "replay": f"replayed from {args.replay or 'the recorded measurements'}"}[args.backend]
+              "replay": f"replayed from {args.replay}"}[backend]
     print(f"best: {res.best_time_us:.3g} us ({source})  config: {json.dumps(res.best_config)}")
     recorded = int(res.records["status"].isin(COUNTED).sum()) if len(res.records) else 0
     reused = max(recorded - res.measured_now, 0)
@@ -250,6 +262,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune_backend(args: argparse.Namespace) -> str:
+    """The backend ``tune`` runs: ``--replay FILE`` alone means replay; a backend that ignores the file, or replay
+    without one, is refused before any work (the library would replay under an ``estimate`` label, or say
+    ``backend='replay:<file>'``, which is no option of this command)."""
+    if args.backend is None:
+        return "replay" if args.replay else "estimate"
+    if args.backend == "replay" and not args.replay:
+        raise UsageError("--backend replay needs --replay FILE (recorded measurements, .json or .csv)")
+    if args.backend != "replay" and args.replay:
+        raise UsageError(f"--replay FILE goes with --backend replay (or no --backend), not --backend {args.backend}")
+    return str(args.backend)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from schedlib.hw import resolve
     from schedlib.report import compare, write_report
@@ -259,15 +284,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     specs = [_workload(w) for w in args.workload] if args.workload else suite(args.suite)
     if args.backend == "gpu":
         _require_gpu()
+    if set(args.methods) == {"vendor"} and (args.backend == "estimate" or _no_gpu_reason() is not None):
+        raise UsageError("--methods vendor: the vendor library has no time without a GPU (the carver's model "
+                         "estimates schedlib's kernels only); add rule, carver or search, or measure on a GPU")
     prepare_out_dir(args.out)  # before the note below: a bad --out is the whole answer
-    if args.target != "auto":
+    if not _is_auto(args.target):
         profile = resolve(args.target)
     elif args.backend == "estimate":  # as compare() does: estimates for "auto" use the h100 numbers
         profile = _fallback("--backend estimate does not look for the GPU")
     else:
         reason = _no_gpu_reason()
         profile = "auto" if reason is None else _fallback(f"no GPU found ({reason})")
-    df = compare(specs, profile, methods=args.methods, trials=args.trials, backend=args.backend)
+    progress = None if args.quiet else (lambda text: print(f"schedlib: {text}", file=sys.stderr, flush=True))
+    df = compare(specs, profile, methods=args.methods, trials=args.trials, backend=args.backend, progress=progress)
     paths = write_report(df, args.out, histories=df.attrs.get("histories"))
     print(df[["workload", "method", "time_us", "pct_roofline", "source"]].to_string(index=False))
     print(f"report written to {paths['html']}")
@@ -277,6 +306,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_profiles(args: argparse.Namespace) -> int:
     from schedlib import hw
 
+    if args.name and args.action != "show":  # silently ignoring it would look like it had been used
+        raise UsageError(f"profiles {args.action} takes no NAME (got {args.name!r}); "
+                         f"'schedlib profiles show NAME' shows one profile")
     if args.action == "list":
         for key in hw.list():
             p = hw.load(key)

@@ -62,7 +62,8 @@ WORKLOAD_HELP = ("what to schedule, as kind:key=value,... (e.g. matmul:M=4096,N=
 TARGET_HELP = ("hardware profile: a key or alias (see 'schedlib profiles list'), a .yaml/.json profile file, or "
                "'auto' for the GPU present (h100 without one); default: {}")
 BACKEND_HELP = ("how a config's time is found: 'estimate' asks the carver's analytical model (no GPU; the default), "
-                "'gpu' measures on the GPU (needs cupy), 'replay' looks configs up in --replay FILE")
+                "'gpu' measures on the GPU (needs cupy), 'replay' looks configs up in --replay FILE (the default "
+                "when --replay is given)")
 CONFIG_HELP = ("JSON object of knob values for --rule, e.g. '{\"stages\": 1}'; knobs left out keep the rule's "
                "default for this workload and target (with tensor_core given: that template's default); "
                "'schedlib carve' shows full configs")
@@ -105,8 +106,9 @@ def build_parser(handlers: Mapping[str, Handler], version: str) -> argparse.Argu
                    help="search strategy (default: tpe)")
     t.add_argument("--storage", default=None, metavar="URL",
                    help="Optuna storage URL or journal file holding the study (default: per-user cache)")
-    t.add_argument("--backend", default="estimate", choices=["gpu", "replay", "estimate"], help=BACKEND_HELP)
-    t.add_argument("--replay", metavar="FILE", help="recorded measurements for --backend replay")
+    # None: estimate, or replay when --replay is given (cli._tune_backend)
+    t.add_argument("--backend", default=None, choices=["gpu", "replay", "estimate"], help=BACKEND_HELP)
+    t.add_argument("--replay", metavar="FILE", help="recorded measurements (.json or .csv) for --backend replay")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     m = command("compare", "compare rule, carver, search and the vendor library; write a report", workload=False)
     m.epilog = epilog
@@ -123,10 +125,11 @@ def build_parser(handlers: Mapping[str, Handler], version: str) -> argparse.Argu
     m.add_argument("--backend", choices=["gpu", "estimate"], default=None,
                    help="'gpu' measures (needs cupy), 'estimate' uses the carver's model "
                         "(default: gpu when one is present, else estimate)")
+    m.add_argument("--quiet", action="store_true", help="no progress line per workload on stderr")
     pr = command("profiles", "list, show or detect hardware profiles", workload=False)
     pr.add_argument("action", nargs="?", default="list", choices=["list", "show", "detect"],
                     help="list the known profiles (the default), show one as JSON, or detect the GPU present")
-    pr.add_argument("name", nargs="?", metavar="NAME", help="the profile key, alias or file for 'show'")
+    pr.add_argument("name", nargs="?", metavar="NAME", help="the profile key, alias or file for 'show' (only)")
     d = command("demo", "run the built-in suite end to end: verify, compare and write a report", workload=False)
     d.add_argument("--target", default="auto", help=TARGET_HELP.format("auto"))
     d.add_argument("--out", default="schedlib-report", metavar="DIR",
@@ -134,5 +137,6 @@ def build_parser(handlers: Mapping[str, Handler], version: str) -> argparse.Argu
     d.add_argument("--trials", type=positive, default=12, metavar="N",
                    help="search trials per workload (default: 12)")
     d.add_argument("--limit", type=positive, default=64, metavar="N",
-                   help="largest size verified on the CPU emulator (default: 64)")
+                   help="largest size of the verification step, on the GPU or the CPU emulator alike "
+                        "(default: 64); the timings use the full sizes")
     return p

@@ -4,20 +4,26 @@ workload x method, as a flat pandas DataFrame.
 With a GPU every time is *measured* (CUDA events, L2 flush, median of repetitions, correctness checked
 against the vendor result first).  Without one, times come from the carver's model and every such row says
 ``source == "estimated"``; the vendor row then has no time.  The two are never mixed in one table.
+
+A workload with symbolic sizes (``softmax:rows=$M,cols=1024``) is compared as the symbolic kernel it is, run
+at the size the carver ranks it at (:data:`schedlib.carver.DEFAULT_SYMBOLIC_VALUE`, 4096), so its rows agree
+with ``carve`` and ``tune``; the ``shape`` column says so (``X[Mx1024] at M=4096``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from schedlib.errors import SchedlibError
 from schedlib.hw import HardwareProfile, resolve
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.func import Func
+from schedlib.ir.reference import evaluate_int
 from schedlib.ir.schedule import Schedule
 from schedlib.report.stats import Work, work
 from schedlib.runtime.gpu import gpu_available, require_cupy
@@ -28,12 +34,21 @@ COLUMNS = ["workload", "shape", "dtype", "method", "rule", "config", "time_us", 
            "gbs", "pct_roofline", "speedup_vs_vendor", "tuning_s", "trials", "measured", "source"]
 
 
-def _shape(func: Func) -> str:
+def _shape(func: Func, symbols: Mapping[str, int]) -> str:
+    """``A[1024x512] B[512x256]``; with symbolic sizes, the values they were run at: ``X[Mx1024] at M=4096``."""
     parts = []
     for name in func.inputs:
         buf = func.buffer(name)
         parts.append(f"{name}[{'x'.join(str(d) for d in buf.shape)}]")
-    return " ".join(parts)
+    bound = ", ".join(f"{k}={v}" for k, v in symbols.items())
+    return " ".join(parts) + (f" at {bound}" if bound else "")
+
+
+def _symbols(func: Func) -> dict[str, int]:
+    """The sizes a symbolic workload is compared at: the carver's, so that the rows match ``carve``/``tune``."""
+    from schedlib.carver.problem import bind_symbolic
+
+    return bind_symbolic(func, None)
 
 
 def _peak(profile: HardwareProfile, dtype: str, ceilings: dict[str, float] | None) -> tuple[float, float]:
@@ -55,7 +70,7 @@ class _Timer:
         self._inputs: dict[str, Any] = {}
         self._flush = None
 
-    def prepare(self, func: Func, spec: WorkloadSpec | None) -> None:
+    def prepare(self, func: Func, spec: WorkloadSpec | None, symbols: Mapping[str, int]) -> None:
         self.func, self.spec, self.reference = func, spec, None
         if not self.measured:
             return
@@ -68,11 +83,11 @@ class _Timer:
         self._inputs = {}
         for name in func.inputs:
             buf = func.buffer(name)
-            shape = tuple(int(d.value) for d in buf.shape)  # type: ignore[attr-defined]
+            shape = tuple(evaluate_int(d, symbols) for d in buf.shape)  # a kernel binds symbols from these
             host = rng.standard_normal(shape).astype(np.float32)
             self._inputs[name] = cp.asarray(host.astype(numpy_dtype(buf.dtype)))
         # a set of inputs and outputs smaller than the L2 is timed in turns with copies of it
-        copies = rotation_copies(int(work(func).bytes), self.profile.l2_bytes)  # inputs and outputs
+        copies = rotation_copies(int(work(func, symbols).bytes), self.profile.l2_bytes)  # inputs and outputs
         self._input_sets = [self._inputs] + [{n: a.copy() for n, a in self._inputs.items()}
                                              for _ in range(copies - 1)]
         self._flush = self._flush if self._flush is not None else l2_flush_buffer(self.profile.l2_bytes)
@@ -115,7 +130,8 @@ class _Timer:
 def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[str] = METHODS, *, topk: int = 5,
             trials: int = 16, strategy: str = "tpe", storage: str | None = None, backend: str | None = None,
             ceilings: dict[str, float] | None = None, quiet: bool = True,
-            templates: Sequence[Any] = (), variants: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
+            templates: Sequence[Any] = (), variants: Sequence[Mapping[str, Any]] = (),
+            progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """One row per workload x method (``carver`` gives a top-1 and a best-of-top-k row).
 
     ``backend`` is ``"gpu"`` or ``"estimate"``; by default ``gpu`` when a device is visible.  ``templates``
@@ -125,7 +141,8 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     knob buys, side by side: ``{"stages": 1}`` for the fp32 matmul), for workloads whose rule space has the
     knobs and a default that differs.  A method that fails (a kernel
     that does not build, or computes a different result) gets a row with no time and ``source`` saying why;
-    the other methods still run.
+    the other methods still run.  ``progress``, when given, is called with one line before each workload
+    (``"compare: workload 3/18: prefill.down_proj ..."``): a suite on the GPU runs for minutes.
     """
     workloads = [workloads] if isinstance(workloads, (str, WorkloadSpec, Func)) else list(workloads)
     methods = (methods,) if isinstance(methods, str) else tuple(methods)
@@ -133,18 +150,27 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     measured = (backend or ("gpu" if gpu_available() else "estimate")) == "gpu"
     if measured:
         require_cupy()  # before any work, with the install hint
-    profile = resolve(target if target != "auto" or measured else "h100")
+    if set(methods) == {"vendor"} and not measured:  # every row would be "needs a GPU"
+        raise ValueError("compare: methods=('vendor',) has no time without a GPU (the carver's model estimates "
+                         "schedlib's kernels only); add 'rule', 'carver' or 'search', or measure on a GPU")
+    auto = isinstance(target, str) and target.strip().lower() == "auto"  # resolve() takes any spelling
+    profile = resolve("h100" if auto and not measured else target)
     timer = _Timer(profile, measured)
     rows: list[dict[str, Any]] = []
     histories: dict[str, list[float]] = {}
     built = [(item, item.build()) if isinstance(item, WorkloadSpec) else (None, item) for item in as_specs(workloads)]
     _check_variant_knobs([func for _, func in built], profile, variants)
-    for spec, func in built:
+    start = time.perf_counter()
+    for i, (spec, func) in enumerate(built, 1):
         label = spec.name if spec else func.name
-        w = work(func)
+        if progress is not None:
+            progress(f"compare: workload {i}/{len(built)}: {label} ({', '.join(methods)}; "
+                     f"{time.perf_counter() - start:.0f} s so far)")
+        symbols = _symbols(func)
+        w = work(func, symbols)
         peak, bw = _peak(profile, w.dtype, ceilings)
-        timer.prepare(func, spec)
-        base = {"workload": label, "shape": _shape(func), "dtype": w.dtype}
+        timer.prepare(func, spec, symbols)
+        base = {"workload": label, "shape": _shape(func, symbols), "dtype": w.dtype}
         found = _run_methods(func, profile, methods, timer, topk, trials, strategy, storage, quiet, templates,
                              variants)
         for _method, info in found:
@@ -356,6 +382,9 @@ def _search_rows(func: Func, profile: HardwareProfile, timer: _Timer, topk: int,
     from schedlib.rules import get_rule
     from schedlib.search import tune
 
+    if timer.measured and func.symbols:  # said in the row, in terms of the workload rather than the backend's
+        raise SchedlibError(f"the GPU search tunes concrete sizes; give {', '.join(func.symbols)} values to "
+                            "search this workload")
     t0 = time.perf_counter()
     res = tune(func, profile, trials=trials, strategy=strategy, storage=storage,
                backend="gpu" if timer.measured else "estimate", quiet=quiet)

@@ -48,12 +48,12 @@ def lock_path(path: Path) -> Path:
 
 def storage_label(storage: Any) -> str:
     """A human name for a storage object: its file or URL (password hidden)."""
+    if isinstance(storage, JournalStorage):  # checked first: its _backend is the file, not a wrapped storage
+        path = getattr(storage._backend, "_file_path", None)
+        return str(path) if path else "journal storage"
     inner = getattr(storage, "_backend", storage)  # Optuna wraps an RDBStorage in a caching layer
     if isinstance(inner, RDBStorage):
         return _safe_url(inner.url)
-    if isinstance(inner, JournalStorage):
-        path = getattr(inner._backend, "_file_path", None)
-        return str(path) if path else "journal storage"
     if isinstance(inner, InMemoryStorage):
         return "in-memory storage"
     return type(storage).__name__

@@ -4,8 +4,8 @@ workload that times out or does not fit the budget is reported without losing th
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -20,12 +20,15 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_suite.py"
 
 
-def suite(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+def suite(tmp_path: Path, *extra: str, status: int = 0) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), "--trials", "2",
                            "--topk", "2", *extra], capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == status, proc.stderr[-2000:]
     return proc, out
+
+
+ESTIMATES = "carver-model estimates for the h100 profile, not measurements"
 
 
 def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None:
@@ -37,32 +40,47 @@ def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None
     assert (out / "parts" / "matmul_fp16_4096.csv").is_file() and not list((out / "parts").glob("*.tmp"))
     assert "rule[tensor_core=True]" not in set(df[df["workload"] == "row_sum_4096"]["method"])
     assert (df[df["method"] != "vendor"]["source"] == "estimated").all()
+    configs = [json.loads(c) for c in df["config"].dropna()]  # JSON, as report.csv writes them
+    assert True in {c.get("tensor_core") for c in configs}  # JSON's true, where a repr would say True
     page = (out / "gpu_suite.md").read_text()
-    assert page.startswith("# GPU suite on none (dry run)") and "| matmul_fp16_4096 | rule |" in page
+    assert page.startswith(f"# GPU suite on none (dry run): {ESTIMATES}, ") and "| matmul_fp16_4096 | rule |" in page
+    # every place the numbers appear says they are estimates: the page, its summary, stdout's summary
+    assert "Dry run, no GPU: every time is the carver model's estimate for the h100 profile" in page
+    assert "ran one case (nn_f16) per template on the CPU emulator" in page
+    assert f"## Summary: the fastest schedlib row per workload ({ESTIMATES})" in page
+    assert f"Summary (fastest schedlib row per workload against the vendor library; dry run: {ESTIMATES}):" \
+        in proc.stdout
+    assert proc.stdout.startswith(f"dry run, no GPU: {ESTIMATES}")
     assert "matmul_fp16_4096: ok in" in proc.stdout and "row_sum_4096: ok in" in proc.stdout
     # the tensor-core self-check ran first, a process per template (a dry run: one case each, emulated)
     for name in ("wgmma_tma", "wgmma", "wgmma_ws", "mma_sync"):
         assert f"tensor-core self-check of {name}: ok in" in proc.stdout
     assert "## Tensor-core self-check" in page
+    assert "## Tensor-core self-check (dry run: one case per template on the CPU emulator, not on a GPU)" in page
     assert "| wgmma_tma | nn_f16 | True |" in page and "| wgmma | nn_f16 | True |" in page
+    assert not re.search(r"\| nn_f16 \| True \| [^|]+ \| n/a \|", page)  # no error is "", not "n/a"
     assert "| wgmma_ws | nn_f16 | True |" in page
     assert "| True | nn_f16 | True |" in page
     # the short table comes last on stdout, and first in the page: one row per workload
     tail = proc.stdout.rstrip().splitlines()[-3:]
-    assert re.match(r"\s*workload\s+best\s+best_us\s+vendor_us\s+vs_vendor\s+pct_roofline", tail[0]), tail
+    assert re.match(r"\s*workload\s+best\s+best_us\s+vendor_us\s+vs_vendor\s+pct_roofline\s+source", tail[0]), tail
     assert [line.split()[0] for line in tail[1:]] == ["row_sum_4096", "matmul_fp16_4096"]  # the suite's order
+    assert [line.split()[-1] for line in tail[1:]] == ["estimated", "estimated"]
     best = df[df["method"] != "vendor"].groupby("workload")["time_us"].min()
     assert float(tail[2].split()[2]) == float(f"{best['matmul_fp16_4096']:.3g}")
     assert page.index("## Summary") < page.index("## Every row") < page.index("## Tensor-core self-check")
 
 
 def test_a_workload_past_its_time_limit_is_reported_and_the_budget_is_kept(tmp_path: Path) -> None:
-    proc, out = suite(tmp_path, "--only", "row_sum_4096", "softmax_4096", "--workload-timeout", "0.5")
+    """...and with no workload's rows the exit status says the run showed nothing (a dry run checks the script)."""
+    proc, out = suite(tmp_path, "--only", "row_sum_4096", "softmax_4096", "--workload-timeout", "0.5", status=1)
+    assert proc.stderr.strip().splitlines()[-1] == (f"gpu_suite.py: error: no workload produced rows (see the list "
+                                                    f"above and {out / 'gpu_suite.md'})")
     page = (out / "gpu_suite.md").read_text()
     assert "- row_sum_4096: timed out after 0.5 s" in page and "- softmax_4096: timed out after 0.5 s" in page
     assert re.search(r"- tensor-core self-check of wgmma_ws: timed out after 0.5 s[^\n]*; turned off for the "
                      r"workloads", page), page
-    proc, out = suite(tmp_path, "--only", "row_sum_4096", "--budget", "10")
+    proc, out = suite(tmp_path, "--only", "row_sum_4096", "--budget", "10", status=1)
     assert re.search(r"row_sum_4096: skipped: \d+ s of the 10 s budget left", proc.stdout), proc.stdout
 
 
@@ -113,12 +131,12 @@ def test_a_template_whose_self_check_does_not_run_is_turned_off_for_the_workload
     df = pd.read_csv(tmp_path / "parts" / "matmul_fp16_4096.csv")
     assert list(df["method"]) == ["rule", "carver", "carver_best_of_k", "search", "rule[tensor_core=True]",
                                   "vendor"]
-    used = {ast.literal_eval(c)["tensor_core"] for c in df["config"].dropna()}
+    used = {json.loads(c)["tensor_core"] for c in df["config"].dropna()}
     assert not used & {"wgmma", "wgmma_ws"} and "wgmma_tma" in used, used
     # the default's template off too: the rule falls back to the next one
     gs.run_one(spec, _args(tmp_path, "wgmma_tma,wgmma_ws"), None)
     df = pd.read_csv(tmp_path / "parts" / "matmul_fp16_4096.csv")
-    assert {ast.literal_eval(c)["tensor_core"] for c in df["config"].dropna()} == {"wgmma", True}
+    assert {json.loads(c)["tensor_core"] for c in df["config"].dropna()} == {"wgmma", True}
 
 
 def test_templates_turned_off_by_hand_join_those_the_self_check_turns_off(tmp_path: Path) -> None:
@@ -195,3 +213,42 @@ def test_unknown_templates_to_turn_off_are_refused(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path), "--disable", "tma"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "--disable: unknown template(s) ['tma']; choose from wgmma_tma" in proc.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--only", "row_sum", "gemv_fp16"], "--only: unknown workload(s) row_sum, gemv_fp16; the suite has "
+                                         "gemv_fp16_inner, gemv_fp16_outer, "),
+    (["--trials", "0"], "argument --trials: 0 must be above 0"),
+    (["--topk", "0"], "argument --topk: 0 must be above 0"),
+    (["--topk", "x"], "argument --topk: 'x' is not an integer"),
+    (["--budget", "-5"], "argument --budget: -5 must be above 0"),
+    (["--budget", "nan"], "argument --budget: nan must be above 0"),
+    (["--budget", "700"], "--budget 700: at most 590 s, since one device call is cut at 600 s"),
+    (["--workload-timeout", "0"], "argument --workload-timeout: 0 must be above 0"),
+    (["--only"], "argument --only: expected at least one argument"),
+    (["--out", "FILE"], "--out FILE: is a file, not a folder"),
+    (["--out", "FILE/sub"], "--out FILE/sub: cannot write there (Not a directory)"),
+])
+def test_bad_options_are_one_line_before_any_work(tmp_path: Path, args: list[str], message: str,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    """Checked before the self-checks: on a GPU those take minutes of the one device call."""
+    gs = _script()
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    args = [a.replace("FILE", str(afile)) for a in args]
+    message = message.replace("FILE", str(afile))
+    argv = ["--dry-run", *([] if "--out" in args else ["--out", str(tmp_path / "o")]), *args]
+    with pytest.raises(SystemExit) as stop:
+        gs.parse_args(argv)
+    assert stop.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"gpu_suite.py: error: {message}"), lines
+
+
+def test_a_misspelt_workload_runs_nothing(tmp_path: Path) -> None:
+    start = time.time()
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path), "--only", "row_sum"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and proc.stdout == "" and time.time() - start < 60  # no self-check ran
+    assert proc.stderr.startswith("gpu_suite.py: error: --only: unknown workload(s) row_sum;")
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "parts").exists()

@@ -63,3 +63,16 @@ def test_the_main_loop_column_reads_the_sass(tmp_path: Path) -> None:
     hot = df.loc["matmul_fp32_4096", "main_loop"]
     assert re.fullmatch(r"\d+ instr, (9\d|8[5-9])% math: FFMA 512, LDS \d+, .*", hot), hot
     assert df.loc["softmax_4096", "main_loop"] == "no loop"  # two steps per pass, unrolled
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--target", "nope"], "--target: unknown hardware profile 'nope'"),
+    (["--out", "FILE", "--no-banks"], "--out FILE: is a file, not a folder"),
+])
+def test_a_bad_target_or_out_is_one_line_before_any_compile(tmp_path: Path, args: list[str], message: str) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    proc = census("--only", "row_sum_4096", *[a.replace("FILE", str(afile)) for a in args])
+    assert proc.returncode == 2 and "compiling" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("static_census.py: error: " + message.replace("FILE", str(afile)))

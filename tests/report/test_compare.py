@@ -105,3 +105,34 @@ def test_variants_add_one_knob_ablations_of_the_rule_default() -> None:
                                                    "rule has all of its knobs")):
         compare([sl.workloads.matmul(64, 64, 64), sl.workloads.softmax(8, 64)], "h100", methods=("rule",),
                 backend="estimate", variants=[{"stages": 1, "stage_row": True}])
+
+
+def test_a_symbolic_workload_is_compared_at_the_carvers_size() -> None:
+    """Its kernel stays symbolic; work, roofline and times are those at M=4096, as carve and tune rank it."""
+    M = sl.var("M")
+    df = compare(["softmax:rows=$M,cols=1024", sl.workloads.softmax(M, 1024)], "h100", methods=("rule", "carver"),
+                 backend="estimate")
+    assert set(df["shape"]) == {"X[Mx1024] at M=4096"}
+    concrete = compare(["softmax:rows=4096,cols=1024"], "h100", methods=("rule",), backend="estimate")
+    rule = df[df["method"] == "rule"].iloc[0]
+    assert rule["gbs"] / rule["pct_roofline"] == pytest.approx(concrete["gbs"][0] / concrete["pct_roofline"][0])
+    assert (df["time_us"] > 0).all() and df["tflops"].map(math.isfinite).all()
+
+
+def test_progress_is_called_once_per_workload() -> None:
+    lines: list[str] = []
+    compare(["transpose:M=8,N=8", "reduce:rows=8,cols=8"], "h100", methods="rule", backend="estimate",
+            progress=lines.append)
+    assert len(lines) == 2 and lines[0].startswith("compare: workload 1/2: transpose:M=8,N=8 (rule; ")
+    assert lines[1].startswith("compare: workload 2/2: reduce:rows=8,cols=8 (rule; ")
+
+
+def test_vendor_alone_is_refused_on_the_estimate_backend() -> None:
+    with pytest.raises(ValueError, match=r"methods=\('vendor',\) has no time without a GPU"):
+        compare(["transpose:M=8,N=8"], "h100", methods="vendor", backend="estimate")
+
+
+@pytest.mark.skipif(sl.runtime.gpu.gpu_available(), reason="'auto' means the GPU present when there is one")
+def test_auto_in_any_case_estimates_for_the_h100() -> None:
+    df = compare(["transpose:M=8,N=8"], "AUTO", methods="rule", backend="estimate")
+    assert df.attrs["target"] == "h100"
