@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from schedlib.cache import content_hash
-from schedlib.codegen.layout import check_index_range
 from schedlib.errors import BuildError, ShapeError
 from schedlib.ir.dtype import bfloat16_bits, numpy_dtype
-from schedlib.ir.reference import bind_symbols, evaluate_int
+from schedlib.runtime.index_range import exact_int
+from schedlib.runtime.launch_checks import bound_symbols, check_device_overlap, launch_grids
 from schedlib.runtime.nvcc import build_cubin
 from schedlib.runtime.tensor_map import gpu_encode
 
@@ -43,7 +43,7 @@ def gpu_available() -> bool:
     return True
 
 
-def to_device(cp: Any, x: Any, name: str) -> Any:
+def to_device(cp: Any, x: Any, name: str, kernel: str = "") -> Any:
     if isinstance(x, cp.ndarray):
         return x
     try:
@@ -53,13 +53,18 @@ def to_device(cp: Any, x: Any, name: str) -> Any:
     if exported:
         return cp.asarray(x)
     if isinstance(x, np.ndarray):  # before DLPack: numpy arrays export it too, from host memory
-        raise ShapeError(f"argument {name} is a host numpy array; pass cupy.asarray(x), or use run_cpu")
+        raise ShapeError(f"{_of(kernel)}argument {name} is a host numpy array; pass cupy.asarray(x), "
+                         "or use run_cpu")
     if hasattr(x, "__dlpack__"):
         try:
             return cp.from_dlpack(x)
         except Exception as exc:
-            raise ShapeError(f"argument {name}: cannot take it through DLPack ({exc})") from None
-    raise ShapeError(f"argument {name} ({type(x).__name__}) is not a device array")
+            raise ShapeError(f"{_of(kernel)}argument {name}: cannot take it through DLPack ({exc})") from None
+    raise ShapeError(f"{_of(kernel)}argument {name} ({type(x).__name__}) is not a device array")
+
+
+def _of(kernel: str) -> str:
+    return f"kernel {kernel}: " if kernel else ""
 
 
 def module_for(cp: Any, source: str, arch: str | None = None) -> Any:
@@ -122,18 +127,19 @@ def prepare_on_gpu(kernel: Any, arrays: Sequence[Any]) -> PreparedLaunch:
     func = kernel.func
     names = [*func.inputs, *func.outputs]
     kernel._split_args(arrays)  # count check first, so extra arrays are refused rather than dropped
-    arrays = [to_device(cp, a, n) for a, n in zip(arrays, names)]
+    arrays = [to_device(cp, a, n, func.name) for a, n in zip(arrays, names)]
     n_in = len(func.inputs)
+    given_in, given_out = kernel._split_args(arrays)
+    if given_out is not None:  # the arrays as given: an input copied below would hide the overlap it has
+        check_device_overlap(func, given_in, given_out)
     for i, (a, n) in enumerate(zip(arrays, names)):
         if a.data.ptr % 16:
             if i >= n_in:
-                raise ShapeError(f"output {n} starts at an address that is not 16-byte aligned; "
-                                 "pass a freshly allocated array")
+                raise ShapeError(f"kernel {func.name}: output {n} starts at an address that is not 16-byte "
+                                 "aligned; pass a freshly allocated array")
             arrays[i] = cp.array(a, copy=True)  # vector loads need 16-byte alignment
     inputs, outputs = kernel._split_args(arrays)
-    symbols = bind_symbols(func, inputs)
-    if symbols:  # constant sizes were checked when the kernel was built
-        check_index_range(func, symbols)
+    symbols = bound_symbols(func, inputs)
     args: dict[str, Any] = {}
     for name, arr in inputs.items():
         args[name] = _device_bf16(cp, arr) if func.buffer(name).dtype == "bfloat16" else cp.ascontiguousarray(arr)
@@ -148,10 +154,10 @@ def prepare_on_gpu(kernel: Any, arrays: Sequence[Any]) -> PreparedLaunch:
             args[name] = bf16_outputs[name] = cp.empty(arr.shape, dtype=cp.uint16)
         else:
             if not arr.flags.c_contiguous:
-                raise ShapeError(f"output {name} must be C-contiguous")
+                raise ShapeError(f"kernel {func.name}: output {name} must be C-contiguous")
             args[name] = arr
     for buf in kernel.module.scratch:
-        shape = tuple(evaluate_int(d, symbols) for d in buf.shape)
+        shape = tuple(exact_int(d, symbols) for d in buf.shape)
         args[buf.name] = cp.empty(shape, dtype=cp.uint16 if buf.dtype == "bfloat16" else numpy_dtype(buf.dtype))
     for spec in kernel.launch:
         for tm in spec.tensor_maps:  # in device memory, encoded from the very arrays launched with
@@ -160,12 +166,13 @@ def prepare_on_gpu(kernel: Any, arrays: Sequence[Any]) -> PreparedLaunch:
     if module is None:
         module = kernel._gpu_module = module_for(cp, kernel.source, kernel.module.arch)
     launches = []
-    for spec in kernel.launch:
+    for spec, grid in zip(kernel.launch, launch_grids(func, kernel.launch, symbols)):
         fn = module.get_function(spec.name)
         if spec.dynamic_smem > STATIC_SMEM_LIMIT:
             fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
+        # symbol values were checked to fit int32 (bound_symbols)
         params = tuple(np.int32(symbols[p[1:]]) if p.startswith("$") else args[p] for p in spec.params)
-        launches.append((fn, spec.grid_for(symbols), spec.block, params, spec.dynamic_smem))
+        launches.append((fn, grid, spec.block, params, spec.dynamic_smem))
     return PreparedLaunch(kernel, launches, outputs, bf16_outputs)
 
 

@@ -16,12 +16,12 @@ import numpy as np
 
 from schedlib.codegen import CudaModule, generate
 from schedlib.codegen.kernel_writer import TensorMapSpec
-from schedlib.codegen.layout import check_index_range
 from schedlib.errors import BuildError, CompileError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.expr import Expr
 from schedlib.ir.func import GRID_YZ_LIMIT, Func
-from schedlib.ir.reference import bind_symbols, evaluate_int
+from schedlib.runtime.index_range import INT32_MAX, exact_int, int32_range, symbols_text
+from schedlib.runtime.launch_checks import bound_symbols, check_host_overlap, launch_grids
 
 
 @dataclass(frozen=True)
@@ -35,13 +35,32 @@ class LaunchSpec:
     params: tuple[str, ...]
     tensor_maps: tuple[TensorMapSpec, ...] = ()  # parameters the runtime fills with TMA tensor maps
 
-    def grid_for(self, symbols: Mapping[str, int]) -> tuple[int, int, int]:
-        """The grid at these symbol values; ShapeError where it passes CUDA's limits, which the launch would
-        refuse with a less telling error (a kernel that gives each of a symbolic batch its own blockIdx.z)."""
-        g = tuple(max(evaluate_int(e, symbols), 1) for e in self.grid)
-        if g[0] > 2**31 - 1 or g[1] > GRID_YZ_LIMIT or g[2] > GRID_YZ_LIMIT:
-            bound = ", ".join(f"{n}={v}" for n, v in sorted(symbols.items()))
-            raise ShapeError(f"kernel {self.name}: grid {g} at {bound or 'these shapes'} exceeds CUDA's limits "
+    def grid_for(self, symbols: Mapping[str, int], *, empty: bool = True) -> tuple[int, int, int]:
+        """The grid at these symbol values, computed in exact ints; ShapeError where it passes CUDA's limits,
+        which the launch would refuse with a less telling error (a kernel that gives each of a symbolic batch
+        its own blockIdx.z), where its arithmetic leaves the kernel's 32-bit ints (a wrapped grid launches too
+        few blocks, silently), or where it is empty although the work is not (``empty``: some buffer has no
+        elements).  An empty grid launches one block, which the kernel's guards keep from doing anything."""
+        env = {k: (int(v), int(v)) for k, v in symbols.items()}
+
+        def refuse(sub: Expr, span: tuple[int, int]) -> None:  # the kernel recomputes its loop extents in int32
+            raise ShapeError(f"kernel {self.name}: at {symbols_text(symbols)} the grid computes {sub} = "
+                             f"{span[1]:,}, more than the 32-bit ints the generated code indexes with hold "
+                             f"(2^31-1 = {INT32_MAX:,}); too few blocks would run, so use smaller shapes or "
+                             "split the computation")
+
+        exact: list[int] = []
+        for axis, e in zip("xyz", self.grid):
+            span = int32_range(e, env, refuse)
+            if span is None or span[0] != span[1]:
+                raise ShapeError(f"kernel {self.name}: grid.{axis} = {e} has no value at {symbols_text(symbols)}")
+            if span[0] < 0 or (span[0] == 0 and not empty):
+                raise ShapeError(f"kernel {self.name}: grid.{axis} = {e} is {span[0]} blocks at "
+                                 f"{symbols_text(symbols)}, expected at least 1 for work that is not empty")
+            exact.append(max(span[0], 1))
+        g = tuple(exact)
+        if g[0] > INT32_MAX or g[1] > GRID_YZ_LIMIT or g[2] > GRID_YZ_LIMIT:
+            raise ShapeError(f"kernel {self.name}: grid {g} at {symbols_text(symbols)} exceeds CUDA's limits "
                              f"(x < 2^31, y and z <= {GRID_YZ_LIMIT}); schedule it with fewer blocks along y/z "
                              "(the SIMT matmul template strides over a batch of any size)")
         return g  # type: ignore[return-value]
@@ -75,11 +94,14 @@ class Kernel:
         return inputs, outputs
 
     def _shapes(self, symbols: Mapping[str, int], names: Sequence[str]) -> dict[str, tuple[int, ...]]:
-        return {n: tuple(evaluate_int(d, symbols) for d in self.func.buffer(n).shape) for n in names}
+        return {n: tuple(exact_int(d, symbols) for d in self.func.buffer(n).shape) for n in names}
 
     def _check_outputs(self, outputs: Mapping[str, Any], symbols: Mapping[str, int]) -> None:
         for name, shape in self._shapes(symbols, self.func.outputs).items():
             arr = outputs[name]
+            if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
+                raise ShapeError(f"kernel {self.func.name}: output {name} must be an array (written in place), "
+                                 f"got a {type(arr).__name__}")
             want = numpy_dtype(self.func.buffer(name).dtype)
             if tuple(arr.shape) != shape or np.dtype(arr.dtype) != want:
                 raise ShapeError(f"kernel {self.func.name}: output {name} must be {want}{list(shape)}, "
@@ -127,16 +149,23 @@ class Kernel:
         from schedlib.runtime.emulator import KernelLaunch
 
         inputs, outputs = self._split_args(arrays)
-        inputs = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
-        symbols = bind_symbols(self.func, inputs)
-        if symbols:  # constant sizes were checked when the kernel was built
-            check_index_range(self.func, symbols)
+        # np.asarray(order="C"), not np.ascontiguousarray, which turns a 0-d input into a 1-element 1-d one
+        inputs = {k: np.asarray(v, order="C") for k, v in inputs.items()}
+        symbols = bound_symbols(self.func, inputs)
         if outputs is None:
             outputs = {n: np.full(s, np.nan if numpy_dtype(self.func.buffer(n).dtype).kind == "f" else 0,
                                   dtype=numpy_dtype(self.func.buffer(n).dtype))
                        for n, s in self._shapes(symbols, self.func.outputs).items()}
         else:
             self._check_outputs(outputs, symbols)
+            for name, arr in outputs.items():
+                if not isinstance(arr, np.ndarray):
+                    raise ShapeError(f"kernel {self.func.name}: output {name} must be a numpy array for run_cpu, "
+                                     f"got a {type(arr).__name__}")
+                if not arr.flags.writeable:
+                    raise ShapeError(f"kernel {self.func.name}: output {name} is read-only; pass a writable "
+                                     "array (or no outputs, to have them allocated)")
+            check_host_overlap(self.func, inputs, outputs)
         args: dict[str, Any] = {**{k: _as_c_array(v, self.func.buffer(k).dtype) for k, v in inputs.items()}}
         for name, arr in outputs.items():
             if not arr.flags.c_contiguous:
@@ -144,13 +173,14 @@ class Kernel:
             bf16 = self.func.buffer(name).dtype == "bfloat16"
             args[name] = _as_c_array(arr, self.func.buffer(name).dtype) if bf16 else arr
         for buf in self.module.scratch:
-            shape = tuple(evaluate_int(d, symbols) for d in buf.shape)
+            shape = tuple(exact_int(d, symbols) for d in buf.shape)
             args[buf.name] = np.zeros(shape, dtype=np.uint16 if buf.dtype == "bfloat16" else numpy_dtype(buf.dtype))
         args.update({f"${s}": int(v) for s, v in symbols.items()})  # symbol parameters are keyed "$name"
         for spec in self.launch:  # encoded by the emulator from the arrays it launches with
             args.update({tm.param: tm for tm in spec.tensor_maps})
-        launches = [KernelLaunch(spec.name, spec.grid_for(symbols), spec.block, spec.params, spec.dynamic_smem)
-                    for spec in self.launch]
+        grids = launch_grids(self.func, self.launch, symbols)
+        launches = [KernelLaunch(spec.name, grid, spec.block, spec.params, spec.dynamic_smem)
+                    for spec, grid in zip(self.launch, grids)]
         return launches, args, outputs
 
     # compile check ----------------------------------------------------------------------------
@@ -206,9 +236,9 @@ class Kernel:
 def _as_c_array(arr: np.ndarray, dtype: str) -> np.ndarray:
     """The bytes a kernel sees: bfloat16 values (held as float32) become their 16-bit patterns."""
     if dtype != "bfloat16":
-        return np.ascontiguousarray(arr)
+        return np.asarray(arr, order="C")  # keeps a 0-d array 0-d
     if np.dtype(arr.dtype).name == "bfloat16":
-        return np.ascontiguousarray(arr).view(np.uint16)
+        return np.asarray(arr, order="C").view(np.uint16)
     from schedlib.ir.dtype import bfloat16_bits
 
     return bfloat16_bits(arr)

@@ -24,6 +24,7 @@ from typing import Any
 
 from schedlib.cache import cache_dir, content_hash
 from schedlib.errors import CompileError
+from schedlib.runtime.elf import elf_problem
 
 __all__ = ["CompileReport", "KernelResources", "compile_check", "find_cuda_include", "find_nvcc", "nvrtc_available"]
 
@@ -218,7 +219,9 @@ def build_cubin(source: str, arch: str, *, compiler: str | None = None) -> Path:
     nvcc, _, identity = _compiler(arch, compiler)
     path = cache_dir("cubin") / f"{content_hash(source, arch, identity)}.cubin"
     if path.is_file():
-        return path
+        if elf_problem(path) is None:
+            return path
+        path.unlink(missing_ok=True)  # damaged (empty, junk, cut short): nvdisasm and the driver would reject it
     _, cubin = _run_nvcc(nvcc, source, arch, []) if nvcc is not None else _run_nvrtc(source, arch, [])
     _write_atomic(path, cubin)
     return path

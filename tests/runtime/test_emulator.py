@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -25,8 +26,9 @@ from emu_kernels import (
     poisoned,
 )
 
-from schedlib.runtime.emulator import KernelLaunch, emulate
-from schedlib.runtime.emulator.build import build_library
+from schedlib.runtime.emulator import KernelLaunch, build, emulate
+from schedlib.runtime.emulator.build import build_library, driver_source
+from schedlib.runtime.emulator.pch import PCH_NAME, uses_pch
 from schedlib.runtime.gpu import _device_bf16
 from schedlib.runtime.kernel import _as_c_array
 
@@ -276,14 +278,26 @@ def test_the_headers_are_precompiled_once_per_flag_set(tmp_path: Path, monkeypat
     """Each library build loads the emulator headers precompiled for its flags (about a quarter of a build)
     instead of parsing them; the precompiled copy is made once per flag set and is never part of a result."""
     monkeypatch.setenv("SCHEDLIB_CACHE_DIR", str(tmp_path))
+    used: list[tuple[Path, int]] = []
     for n, bounds in ((1, False), (2, False), (3, True)):
         source = full(VADD) + f"\n// variant {n}\n"
         build_library(source, ["vadd"], bounds_check=bounds)
+        pch = uses_pch(build.last_build_command)  # the command that built this very library
+        assert pch is not None and pch.parent == tmp_path / "emulator-headers", build.last_build_command
+        assert build.last_build_command[-5:-3] == ["-include", "sl_cuda_emu.h"]
+        used.append((pch, (pch / PCH_NAME).stat().st_ino))
         a, b, c = np.ones(10, np.float32), rng.standard_normal(10, dtype=np.float32), poisoned(10)
         emulate(source, [KernelLaunch("vadd", (1, 1, 1), (32, 1, 1), ("a", "b", "c", "n"))],
                 {"a": a, "b": b, "c": c, "n": 10}, bounds_check=bounds)
         np.testing.assert_array_equal(c, b + 1)
-    sets = sorted((tmp_path / "emulator-headers").iterdir())
+    assert used[0] == used[1] and used[2][0] != used[0][0]  # the second plain build reused the first's copy
+    # g++ itself says it loads the precompiled header ("! path.gch" in its -H include trace), not the text
+    (tmp_path / "kernel.cu").write_text(full(VADD))
+    (tmp_path / "driver.cpp").write_text(driver_source(["vadd"]))
+    cmd = [*build.last_build_command[:-3], "-H", "-fsyntax-only", "driver.cpp"]
+    trace = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=True).stderr
+    assert f"! {used[2][0] / PCH_NAME}" in trace.splitlines(), trace[:2000]
+    sets = sorted(d for d in (tmp_path / "emulator-headers").iterdir() if not d.name.startswith("."))
     assert len(sets) == 2  # plain and bounds-checked
     assert all((d / "sl_cuda_emu.h.gch").is_file() and (d / "sl_cuda_emu.h").is_file() for d in sets)
     assert len(list((tmp_path / "emulator").glob("*.so"))) == 3

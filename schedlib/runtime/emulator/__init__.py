@@ -110,6 +110,8 @@ def os_threads(threads: int | None) -> int:
     """The OS threads blocks spread over: `threads`, else $SCHEDLIB_EMU_THREADS, else every core."""
     if threads is None:
         return _env_int("SCHEDLIB_EMU_THREADS", os.cpu_count() or 1)
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+        raise EmulatorError(f"threads must be an int >= 1 (OS threads), got {threads!r} ({type(threads).__name__})")
     if threads < 1:
         raise EmulatorError(f"threads must be >= 1, got {threads}")
     return threads

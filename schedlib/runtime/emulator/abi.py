@@ -4,7 +4,8 @@ Arguments travel with a kind tag (pointer / integer / float), the numpy dtype na
 their byte sizes, so the C side can check them against the kernel's real parameter types and
 report a mismatch by parameter name instead of running a kernel on misread memory.
 Arrays are passed in place; one whose data is not 256-byte aligned (like cudaMalloc memory) is
-staged through an aligned copy, so vector-access alignment behaves as on the GPU.
+staged through an aligned copy, so vector-access alignment behaves as on the GPU, and so is one in
+non-native byte order (its values are converted, and converted back on write-back).
 """
 
 from __future__ import annotations
@@ -71,10 +72,10 @@ class DeviceArrays:
         hit = self._by_id.get(id(arr))
         if hit is not None:
             return hit[1]
-        if arr.nbytes == 0 or arr.ctypes.data % ALIGN == 0:
+        if arr.dtype.isnative and (arr.nbytes == 0 or arr.ctypes.data % ALIGN == 0):
             dev = arr
-        else:
-            dev = _aligned_empty(arr.nbytes).view(arr.dtype).reshape(arr.shape)
+        else:  # misaligned, or byte-swapped (">f4" reads as garbage in C): a native, aligned staged copy
+            dev = _aligned_empty(arr.nbytes).view(arr.dtype.newbyteorder("=")).reshape(arr.shape)
             dev[...] = arr
             if not arr.flags.writeable:
                 dev.flags.writeable = False

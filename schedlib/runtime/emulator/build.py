@@ -17,14 +17,17 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from schedlib.cache import cache_dir, content_hash
 from schedlib.errors import EmulatorError
+from schedlib.runtime.elf import elf_problem
 from schedlib.runtime.emulator.abi import ABI_VERSION
+from schedlib.runtime.emulator.pch import discard as pch_discard
+from schedlib.runtime.emulator.pch import header_flags
+from schedlib.runtime.emulator.workdirs import make_work_dir
 
 HEADER_DIR = Path(__file__).resolve().parent
 BASE_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-w")
@@ -37,6 +40,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _LOG_TAIL = 6000
 
 _loaded: dict[Path, ctypes.CDLL] = {}
+last_build_command: list[str] = []  # the g++ command of this process's latest successful library build
 _load_lock = threading.Lock()
 
 
@@ -132,21 +136,30 @@ def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool, ba
             return target
         except EmulatorError:
             _discard(target, inode)  # corrupt cache entry: build it once more below
-    build = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    build = make_work_dir(root, ".build-")
     try:
         (build / "kernel.cu").write_text(source)
         (build / "driver.cpp").write_text(driver)
-        cmd = [gxx, *flags, *_header_flags(gxx, flags, headers), "driver.cpp", "-o", "lib.so", *libs]
-        try:
-            proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=900, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise EmulatorError(f"g++ could not build the emulator library: {exc}") from exc
+        identity = _gxx_version(gxx)
+        include = header_flags(gxx, flags, headers, identity, HEADER_DIR)
+        cmd = [gxx, *flags, *include, "driver.cpp", "-o", "lib.so", *libs]
+        proc = _compile(cmd, build)
+        pch = Path(include[0][2:]) if "-include" in include else None
+        if proc.returncode != 0 and pch is not None and _pch_failed(proc.stderr, pch):
+            # a damaged precompiled header (or header copy) fails every build that uses it: build once more
+            # from the package's headers, and drop the copy if that works (if not, the source is at fault)
+            plain = [gxx, *flags, f"-I{HEADER_DIR}", "driver.cpp", "-o", "lib.so", *libs]
+            retry = _compile(plain, build)
+            if retry.returncode == 0:
+                pch_discard(pch)
+            cmd, proc = plain, retry
         if proc.returncode != 0:
             log = (proc.stderr + proc.stdout).strip()
             raise EmulatorError(
                 f"g++ failed to compile the kernel source for the emulator (exit {proc.returncode}); "
                 f"command: {' '.join(cmd)}\n--- compiler log (tail) ---\n{log[-_LOG_TAIL:]}"
             )
+        last_build_command[:] = cmd  # what tests read to see a build used the precompiled headers
         os.replace(build / "kernel.cu", root / f"{key}.cu")  # kept for debugging next to the library
         os.replace(build / "lib.so", target)
     finally:
@@ -154,36 +167,17 @@ def build_library(source: str, kernels: Iterable[str], *, bounds_check: bool, ba
     return target
 
 
-def _header_flags(gxx: str, flags: list[str], headers: list[str]) -> list[str]:
-    """Where the build finds the emulator headers: a cached copy with the headers precompiled for these flags
-    (``-include`` of it makes g++ load the parsed headers instead of parsing them, 0.1-0.4 s of a 1-2.4 s
-    build), or, when that cannot be made, the package's own headers.  g++ checks that a precompiled header
-    matches the build's options and parses the real one instead when it does not, so it never changes what
-    is compiled."""
-    key = content_hash(*headers, " ".join(flags), _gxx_version(gxx))  # headers: _header_texts(), read once
-    root = cache_dir("emulator-headers")  # beside the libraries: 50 to 80 MB per flag set, built once
-    ready = root / key[:24]
-    if not (ready / "sl_cuda_emu.h.gch").is_file():
-        work = Path(tempfile.mkdtemp(prefix=".headers-", dir=root))
-        try:
-            for text in headers:  # the very texts the key hashes, not a second read of the package
-                name, _, body = text.partition("\n")
-                (work / name).write_text(body)
-            options = [f for f in flags if f != "-shared"]  # a link option: not part of a header's compilation
-            cmd = [gxx, *options, "-x", "c++-header", "sl_cuda_emu.h", "-o", "sl_cuda_emu.h.gch"]
-            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600, check=False)
-            if proc.returncode != 0 or not (work / "sl_cuda_emu.h.gch").is_file():
-                return [f"-I{HEADER_DIR}"]  # a compiler that cannot precompile: every build parses the headers
-            try:
-                os.replace(work, ready)  # atomic; a concurrent build that won leaves an equivalent copy
-            except OSError:
-                pass
-        except (OSError, subprocess.TimeoutExpired):
-            return [f"-I{HEADER_DIR}"]
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    # the kernel's own #include "sl_cuda_emu.h" must find the same file, so #pragma once skips it
-    return [f"-I{ready}", "-include", "sl_cuda_emu.h"]
+def _pch_failed(log: str, pch: Path) -> bool:
+    """Whether a failed build's log points at the precompiled-header copy (damaged, edited, or removed
+    meanwhile by a concurrent process healing it) rather than at the kernel source alone."""
+    return "PCH" in log or str(pch) in log or "sl_cuda_emu.h: No such file" in log
+
+
+def _compile(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EmulatorError(f"g++ could not build the emulator library: {exc}") from exc
 
 
 def _discard(target: Path, inode: int) -> None:
@@ -217,6 +211,9 @@ def load_library(path: Path) -> ctypes.CDLL:
 
 
 def _open_checked(path: Path) -> ctypes.CDLL:
+    problem = elf_problem(path)  # dlopen of a file cut short can die of SIGBUS instead of failing
+    if problem is not None:
+        raise EmulatorError(f"cannot load emulator library {path}: it {problem}")
     try:
         lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
     except OSError as exc:
