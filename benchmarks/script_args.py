@@ -9,6 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from schedlib.errors import SchedlibError
+from schedlib.report.writers import prepare_out_dir
+
 
 class Parser(argparse.ArgumentParser):
     """``argparse`` without the usage dump: ``PROG: error: MESSAGE``, one line, exit 2."""
@@ -41,10 +44,6 @@ def writable_dir(ap: argparse.ArgumentParser, path: str | Path, option: str = "-
     if out.exists() and not out.is_dir():  # mkdir would say "File exists", which reads as no problem
         ap.error(f"{option} {out}: is a file, not a folder")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        ap.error(f"{option} {out}: cannot write there ({exc.strerror or exc})")
-    return out
+        return prepare_out_dir(out)
+    except SchedlibError as exc:
+        ap.error(f"{option}: {exc}")
