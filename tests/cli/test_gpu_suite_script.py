@@ -227,7 +227,7 @@ def test_unknown_templates_to_turn_off_are_refused(tmp_path: Path) -> None:
     (["--workload-timeout", "0"], "argument --workload-timeout: 0 must be above 0"),
     (["--only"], "argument --only: expected at least one argument"),
     (["--out", "FILE"], "--out FILE: is a file, not a folder"),
-    (["--out", "FILE/sub"], "--out FILE/sub: cannot write there (Not a directory)"),
+    (["--out", "FILE/sub"], "--out: cannot write the report to FILE/sub: Not a directory"),
 ])
 def test_bad_options_are_one_line_before_any_work(tmp_path: Path, args: list[str], message: str,
                                                   capsys: pytest.CaptureFixture) -> None:
