@@ -1,4 +1,4 @@
-"""The ``schedlib`` command after review: a wrong kernel fails ``--emulate``, a replayed figure says it was
+"""Edge cases of the ``schedlib`` command: a wrong kernel fails ``--emulate``, a replayed figure says it was
 replayed, options that would be ignored are refused, symbolic workloads compare, and ``compare`` says how
 far it has got.  In-process where possible (``cli.main``), which is fast and sees the same output."""
 
