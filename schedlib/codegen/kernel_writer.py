@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from schedlib.codegen.cross_thread import CrossThreadReduction
 from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, float_min_max, mangle, stored
 from schedlib.codegen.double_buffer import DoubleBuffer, is_double_buffered, slot_stride
+from schedlib.codegen.kernel_spec import KernelSpec
 from schedlib.codegen.layout import const_bytes, flatten, size_elements
 from schedlib.codegen.vector_access import VectorAccess
 from schedlib.errors import BuildError
@@ -47,36 +48,6 @@ def _fits_grid(extent: Expr) -> bool:
 class _Ctx:
     bound: dict[str, str] = field(default_factory=dict)  # tag -> loop name of the enclosing binding
     divergent: bool = False  # inside a thread guard: no barrier may be placed here
-
-
-@dataclass(frozen=True)
-class TensorMapSpec:
-    """A launch parameter that is a TMA tensor map of ``buffer`` (of 2-byte ``dtype``, viewed as
-    ``[batch, rows, cols]``): boxes of ``box`` elements (innermost first), rows swizzled over ``swizzle`` bytes.
-    The runtime builds it from the array it launches with (the driver's encoding on the GPU, the emulator's own
-    layout on the CPU); the spec itself is the argument value the emulator's launch takes for the parameter."""
-
-    param: str
-    buffer: str
-    dtype: str
-    box: tuple[int, int, int]
-    swizzle: int
-
-
-def tmap_param(buffer: str) -> str:
-    """The C name of the kernel parameter holding the tensor map of ``buffer``."""
-    return f"sl_tmap_{mangle(buffer)}"
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    name: str
-    grid: tuple[Expr, Expr, Expr]
-    block: tuple[int, int, int]
-    params: tuple[str, ...]
-    dynamic_smem: int
-    static_smem: int
-    tensor_maps: tuple[TensorMapSpec, ...] = ()
 
 
 class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):

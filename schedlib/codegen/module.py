@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from importlib import resources
 
 from schedlib.codegen.cuda_expr import HELPERS, NAN_HELPERS
-from schedlib.codegen.kernel_writer import KernelSpec, KernelWriter
+from schedlib.codegen.kernel_spec import KernelSpec
+from schedlib.codegen.kernel_writer import KernelWriter
 from schedlib.codegen.layout import check_index_range
 from schedlib.codegen.tensor_core import TensorCoreWriter, is_tensor_core_root
 from schedlib.codegen.tma import WgmmaTmaWriter, uses_tma

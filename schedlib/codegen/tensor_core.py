@@ -25,14 +25,8 @@ import math
 
 from schedlib.codegen.cuda_expr import ExprPrinter, ctype, mangle
 from schedlib.codegen.fragment_epilogue import FragmentEpilogue
-from schedlib.codegen.kernel_writer import (
-    BLOCK_TAGS,
-    STATIC_SMEM_LIMIT,
-    SYMBOL_PREFIX,
-    KernelSpec,
-    TensorMapSpec,
-    tmap_param,
-)
+from schedlib.codegen.kernel_spec import KernelSpec, TensorMapSpec, tmap_param
+from schedlib.codegen.kernel_writer import BLOCK_TAGS, STATIC_SMEM_LIMIT, SYMBOL_PREFIX
 from schedlib.codegen.layout import flatten
 from schedlib.codegen.mma_pattern import MmaPlan, Operand, plan
 from schedlib.codegen.operand_copy import OperandCopy, swizzle

@@ -22,7 +22,7 @@ tensor maps require; the rule checks it, and the runtime refuses a launch whose 
 
 from __future__ import annotations
 
-from schedlib.codegen.kernel_writer import KernelSpec, TensorMapSpec, tmap_param
+from schedlib.codegen.kernel_spec import KernelSpec, TensorMapSpec, tmap_param
 from schedlib.codegen.mma_pattern import Operand
 from schedlib.codegen.wgmma import ALIGN, SharedLayout, WgmmaWriter
 from schedlib.ir.expr import Const, Expr, as_int

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from schedlib.codegen.cuda_expr import ctype, mangle
-from schedlib.codegen.kernel_writer import KernelSpec
+from schedlib.codegen.kernel_spec import KernelSpec
 from schedlib.codegen.mma_pattern import Operand, fail
 from schedlib.codegen.tensor_core import TensorCoreWriter
 from schedlib.ir.dtype import BYTES

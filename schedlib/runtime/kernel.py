@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from schedlib.codegen import CudaModule, generate
-from schedlib.codegen.kernel_writer import TensorMapSpec
+from schedlib.codegen.kernel_spec import TensorMapSpec
 from schedlib.errors import BuildError, CompileError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.expr import Expr

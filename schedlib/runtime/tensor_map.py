@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from schedlib.codegen.kernel_writer import TensorMapSpec
+from schedlib.codegen.kernel_spec import TensorMapSpec
 from schedlib.errors import BuildError, ShapeError
 
 WORDS = 16  # 128 bytes, as uint64

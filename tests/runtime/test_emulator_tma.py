@@ -12,7 +12,7 @@ import pytest
 from emu_kernels import full, needs_gxx
 from test_emulator_wgmma import pattern_row
 
-from schedlib.codegen.kernel_writer import TensorMapSpec
+from schedlib.codegen.kernel_spec import TensorMapSpec
 from schedlib.errors import EmulatorError, ShapeError
 from schedlib.runtime.emulator import KernelLaunch, emulate
 from schedlib.runtime.tensor_map import geometry

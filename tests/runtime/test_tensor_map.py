@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from schedlib.codegen.kernel_writer import TensorMapSpec
+from schedlib.codegen.kernel_spec import TensorMapSpec
 from schedlib.errors import BuildError, ShapeError
 from schedlib.runtime import tensor_map
 from schedlib.runtime.tensor_map import gpu_encode

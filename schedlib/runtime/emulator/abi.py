@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from schedlib.codegen.kernel_writer import TensorMapSpec
+from schedlib.codegen.kernel_spec import TensorMapSpec
 from schedlib.errors import EmulatorError
 from schedlib.runtime.tensor_map import emulator_encode
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from schedlib.codegen.kernel_writer import TensorMapSpec
+from schedlib.codegen.kernel_spec import TensorMapSpec
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.runtime.timing import event_timer, repetitions, rotation_copies, round_robin
 
