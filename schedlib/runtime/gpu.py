@@ -139,7 +139,7 @@ def prepare_on_gpu(kernel: Any, arrays: Sequence[Any]) -> PreparedLaunch:
                                  "aligned; pass a freshly allocated array")
             arrays[i] = cp.array(a, copy=True)  # vector loads need 16-byte alignment
     inputs, outputs = kernel._split_args(arrays)
-    symbols = bound_symbols(func, inputs)
+    symbols = bound_symbols(func, inputs, kernel._launch_cache)
     args: dict[str, Any] = {}
     for name, arr in inputs.items():
         args[name] = _device_bf16(cp, arr) if func.buffer(name).dtype == "bfloat16" else cp.ascontiguousarray(arr)
@@ -166,7 +166,7 @@ def prepare_on_gpu(kernel: Any, arrays: Sequence[Any]) -> PreparedLaunch:
     if module is None:
         module = kernel._gpu_module = module_for(cp, kernel.source, kernel.module.arch)
     launches = []
-    for spec, grid in zip(kernel.launch, launch_grids(func, kernel.launch, symbols)):
+    for spec, grid in zip(kernel.launch, launch_grids(func, kernel.launch, symbols, kernel._launch_cache)):
         fn = module.get_function(spec.name)
         if spec.dynamic_smem > STATIC_SMEM_LIMIT:
             fn.max_dynamic_shared_size_bytes = spec.dynamic_smem

@@ -21,7 +21,7 @@ from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.expr import Expr
 from schedlib.ir.func import GRID_YZ_LIMIT, Func
 from schedlib.runtime.index_range import INT32_MAX, exact_int, int32_range, symbols_text
-from schedlib.runtime.launch_checks import bound_symbols, check_host_overlap, launch_grids
+from schedlib.runtime.launch_checks import LaunchCache, bound_symbols, check_host_overlap, launch_grids
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class LaunchSpec:
         if g[0] > INT32_MAX or g[1] > GRID_YZ_LIMIT or g[2] > GRID_YZ_LIMIT:
             raise ShapeError(f"kernel {self.name}: grid {g} at {symbols_text(symbols)} exceeds CUDA's limits "
                              f"(x < 2^31, y and z <= {GRID_YZ_LIMIT}); schedule it with fewer blocks along y/z "
-                             "(the SIMT matmul template strides over a batch of any size)")
+                             "(a SIMT kernel built for a constant extent past the limit strides over it)")
         return g  # type: ignore[return-value]
 
 
@@ -77,6 +77,7 @@ class Kernel:
         self.launch: tuple[LaunchSpec, ...] = tuple(
             LaunchSpec(k.name, k.grid, k.block, k.dynamic_smem, k.params, k.tensor_maps) for k in module.kernels)
         self._gpu_module: Any = None  # loaded on the first GPU call
+        self._launch_cache = LaunchCache()  # symbol values already checked, and their grids
 
     @property
     def source(self) -> str:
@@ -149,9 +150,10 @@ class Kernel:
         from schedlib.runtime.emulator import KernelLaunch
 
         inputs, outputs = self._split_args(arrays)
+        given = inputs  # as passed: a strided input copied below would hide its overlap (the GPU path refuses it)
         # np.asarray(order="C"), not np.ascontiguousarray, which turns a 0-d input into a 1-element 1-d one
         inputs = {k: np.asarray(v, order="C") for k, v in inputs.items()}
-        symbols = bound_symbols(self.func, inputs)
+        symbols = bound_symbols(self.func, inputs, self._launch_cache)
         if outputs is None:
             outputs = {n: np.full(s, np.nan if numpy_dtype(self.func.buffer(n).dtype).kind == "f" else 0,
                                   dtype=numpy_dtype(self.func.buffer(n).dtype))
@@ -165,7 +167,7 @@ class Kernel:
                 if not arr.flags.writeable:
                     raise ShapeError(f"kernel {self.func.name}: output {name} is read-only; pass a writable "
                                      "array (or no outputs, to have them allocated)")
-            check_host_overlap(self.func, inputs, outputs)
+            check_host_overlap(self.func, given, outputs)
         args: dict[str, Any] = {**{k: _as_c_array(v, self.func.buffer(k).dtype) for k, v in inputs.items()}}
         for name, arr in outputs.items():
             if not arr.flags.c_contiguous:
@@ -178,7 +180,7 @@ class Kernel:
         args.update({f"${s}": int(v) for s, v in symbols.items()})  # symbol parameters are keyed "$name"
         for spec in self.launch:  # encoded by the emulator from the arrays it launches with
             args.update({tm.param: tm for tm in spec.tensor_maps})
-        grids = launch_grids(self.func, self.launch, symbols)
+        grids = launch_grids(self.func, self.launch, symbols, self._launch_cache)
         launches = [KernelLaunch(spec.name, grid, spec.block, spec.params, spec.dynamic_smem)
                     for spec, grid in zip(self.launch, grids)]
         return launches, args, outputs

@@ -93,6 +93,26 @@ def test_an_output_overlapping_an_input_is_refused_on_the_emulator(axpy: Kernel,
     with pytest.raises(ShapeError, match=r"kernel axpy: output Z overlaps input Y"):
         axpy.run_cpu(x, big[4:12], big[:8])  # partial overlap of views
     np.testing.assert_array_equal(axpy.run_cpu(x, y, np.empty_like(x)), x * 2 + y)
+    # a strided input is copied before the kernel runs, but its overlap is judged as given, as on the GPU path
+    flat = np.zeros(8 * 128, np.float32)
+    with pytest.raises(ShapeError, match=r"kernel axpy: output Z overlaps input X"):
+        axpy.run_cpu(flat.reshape(8, 128)[:, ::2], y, flat[:512].reshape(8, 64))
+
+
+def test_the_checks_of_one_set_of_sizes_run_once_per_kernel(axpy: Kernel, rng: np.random.Generator,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index-range walk costs about 100 us: a GPU call of the same sizes must not pay it every time."""
+    import schedlib.runtime.launch_checks as checks
+
+    calls: list[dict] = []
+    real = checks.check_index_range
+    monkeypatch.setattr(checks, "check_index_range", lambda func, symbols: calls.append(symbols) or real(func, symbols))
+    kernel = Kernel(axpy.module, axpy.arch, axpy.target)  # a fresh kernel: nothing checked yet
+    x, y = rng.standard_normal((5, 64), dtype=np.float32), rng.standard_normal((5, 64), dtype=np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(kernel.run_cpu(x, y), x * 2 + y)
+    kernel.run_cpu(x[:3], y[:3])
+    assert calls == [{"M": 5}, {"M": 3}]
 
 
 @needs_gxx

@@ -167,9 +167,9 @@ def test_timeout_per_trial_stops_a_hung_in_process_backend(tmp_path: Any) -> Non
     db = tmp_path / "hang.sqlite3"
     backend = Hanging(toy_table())
     try:
-        with pytest.raises(S.InProcessTimeoutError, match=r"tune: .*Hanging.*timeout_per_trial=0.5 s"):
+        with pytest.raises(S.InProcessTimeoutError, match=r"tune: .*Hanging.*timeout_per_trial=2 s"):
             S.tune(toy_func(), "h100", trials=LEGAL, strategy="grid", storage=db, backend=backend, rule=ToyRule(),
-                   quiet=True, warm_start=False, timeout_per_trial=0.5)
+                   quiet=True, warm_start=False, timeout_per_trial=2.0)
     finally:
         backend.release.set()
     res = S.tune(toy_func(), "h100", trials=13, strategy="grid", storage=db, backend=S.ReplayBackend(toy_table()),
