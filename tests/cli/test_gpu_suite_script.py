@@ -74,8 +74,10 @@ def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None
 def test_a_workload_past_its_time_limit_is_reported_and_the_budget_is_kept(tmp_path: Path) -> None:
     """...and with no workload's rows the exit status says the run showed nothing (a dry run checks the script)."""
     proc, out = suite(tmp_path, "--only", "row_sum_4096", "softmax_4096", "--workload-timeout", "0.5", status=1)
-    assert proc.stderr.strip().splitlines()[-1] == (f"gpu_suite.py: error: no workload produced rows (see the list "
-                                                    f"above and {out / 'gpu_suite.md'})")
+    # which of the two depends on whether a workload wrote its first rows within the 0.5 s
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last in (f"gpu_suite.py: error: {why} (see the list above and {out / 'gpu_suite.md'})"
+                    for why in ("no workload produced rows", "every workload failed or was skipped")), last
     page = (out / "gpu_suite.md").read_text()
     assert "- row_sum_4096: timed out after 0.5 s" in page and "- softmax_4096: timed out after 0.5 s" in page
     assert re.search(r"- tensor-core self-check of wgmma_ws: timed out after 0.5 s[^\n]*; turned off for the "
