@@ -54,6 +54,7 @@ from script_args import Parser, positive_float, positive_int, writable_dir
 
 import schedlib as sl
 from schedlib.report import compare, markdown_table
+from schedlib.report.writers import flat_configs
 from schedlib.rules.matmul import TEMPLATE_VALUES
 from schedlib.suites import WorkloadSpec
 
@@ -137,9 +138,7 @@ def write_rows(df: pd.DataFrame, path: Path) -> None:
     """A workload's rows in the table's order, each compared with the vendor row (measured in the first step)."""
     vendor = df.loc[df["method"] == "vendor", "time_us"]
     vendor_us = float(vendor.iloc[0]) if len(vendor) else float("nan")
-    df = df.assign(speedup_vs_vendor=vendor_us / df["time_us"])
-    if "config" in df.columns:  # as JSON, as report.csv has them (a dict's repr is Python, not data)
-        df["config"] = df["config"].map(lambda c: json.dumps(c) if isinstance(c, dict) else c)
+    df = flat_configs(df.assign(speedup_vs_vendor=vendor_us / df["time_us"]))  # configs as JSON, as report.csv
     rank = df["method"].map(lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else
                             len(METHOD_ORDER) + (m == "vendor"))
     write_atomic(df.iloc[rank.argsort(kind="stable")], path)
@@ -356,6 +355,7 @@ def report(table: pd.DataFrame, check: pd.DataFrame | None, problems: list[tuple
            ceil: dict[str, float] | None, args: argparse.Namespace, start: float) -> None:
     """gpu_suite.csv and gpu_suite.md under ``--out``, then the tables on stdout, the short one last."""
     out, dry = Path(args.out), args.dry_run
+    short = summary(table) if len(table) else None
     table.to_csv(out / "gpu_suite.csv", index=False)
     cols = ["workload", "method", "time_us", "tflops", "gbs", "pct_roofline", "speedup_vs_vendor", "source"]
     said = f": {ESTIMATES}" if dry else ""
@@ -367,7 +367,7 @@ def report(table: pd.DataFrame, check: pd.DataFrame | None, problems: list[tuple
         lines += [DRY_RUN_NOTE, ""]
     if len(table):
         lines += [f"## Summary: the fastest schedlib row per workload{' (' + ESTIMATES + ')' if dry else ''}", "",
-                  markdown_table(summary(table), SUMMARY), "", "## Every row", ""]
+                  markdown_table(short, SUMMARY), "", "## Every row", ""]
     lines += [markdown_table(table, cols) if len(table) else "(no results)", ""]
     where = " (dry run: one case per template on the CPU emulator, not on a GPU)" if dry else ""
     if check is not None and len(check):
@@ -387,7 +387,7 @@ def report(table: pd.DataFrame, check: pd.DataFrame | None, problems: list[tuple
     if len(table):  # last: the short table
         print("\nSummary (fastest schedlib row per workload against the vendor library"
               + (f"; dry run: {ESTIMATES}" if dry else "") + "):")
-        print(summary(table).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print(short.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from schedlib import cli_args
 from schedlib.cli_args import UsageError
 from schedlib.errors import SchedlibError
+from schedlib.hw import is_auto
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -66,15 +67,10 @@ def _fallback(reason: str) -> Any:
     return profile
 
 
-def _is_auto(target: str) -> bool:
-    # hw.resolve takes any spelling of "auto"; so must the no-GPU fallback, or "AUTO" reaches detect() and fails
-    return target.strip().lower() == "auto"
-
-
 def _profile(target: str) -> Any:
     from schedlib.hw import detect, resolve
 
-    if _is_auto(target):
+    if is_auto(target):
         reason = _no_gpu_reason()
         return detect() if reason is None else _fallback(f"no GPU found ({reason})")
     return resolve(target)
@@ -89,7 +85,7 @@ def _workload(text: str) -> Any:
 def cmd_schedule(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from schedlib.report.demo import SYMBOLIC_DEFAULT, random_inputs, tolerance
+    from schedlib.report.demo import SYMBOLIC_DEFAULT, check_output, random_inputs
     from schedlib.rules import apply_default, explain, get_rule
     from schedlib.runtime.kernel import build
 
@@ -127,11 +123,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         inputs = random_inputs(func)
         ref = next(iter(run_reference(func, inputs).values())).astype(np.float64)
         got = kernel.run_cpu(*[inputs[n] for n in func.inputs], bounds_check=True)
-        got = np.asarray(got[0] if isinstance(got, tuple) else got, dtype=np.float64)
-        err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+        # the demo's check: a wrong kernel must fail here as it does there
+        err, tol, ok = check_output(func, got, ref)
         sizes = ", ".join(f"{k}={v}" for k, v in zip(func.symbols, [SYMBOLIC_DEFAULT] * len(func.symbols)))
-        tol = tolerance(func)  # the demo's: a wrong kernel must fail here as it does there
-        ok = err <= tol  # a NaN error is a mismatch too
         print(f"\nemulator vs numpy{' at ' + sizes if sizes else ''}: max relative error {err:.2e} "
               f"(tolerance {tol:.0e}): {'ok' if ok else 'MISMATCH'}")
         if not ok:  # a wrong kernel, not a usage error: status 1, as demo gives
@@ -288,7 +282,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("--methods vendor: the vendor library has no time without a GPU (the carver's model "
                          "estimates schedlib's kernels only); add rule, carver or search, or measure on a GPU")
     prepare_out_dir(args.out)  # before the note below: a bad --out is the whole answer
-    if not _is_auto(args.target):
+    if not is_auto(args.target):
         profile = resolve(args.target)
     elif args.backend == "estimate":  # as compare() does: estimates for "auto" use the h100 numbers
         profile = _fallback("--backend estimate does not look for the GPU")

@@ -39,6 +39,7 @@ __all__ = [
     "TransactionBytes",
     "all_profiles",
     "detect",
+    "is_auto",
     "list",
     "load",
     "load_file",
@@ -149,12 +150,17 @@ def load(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
     )
 
 
+def is_auto(target: object) -> bool:
+    """Whether ``target`` asks for the present GPU: "auto" in any spelling (" AUTO " too)."""
+    return isinstance(target, str) and target.strip().lower() == "auto"
+
+
 def resolve(target: str | os.PathLike[str] | HardwareProfile) -> HardwareProfile:
     """Turn whatever a user passed as a target into a profile: a profile passes through unchanged,
     ``"auto"`` detects the present GPU, anything else is a key, alias or file path for :func:`load`."""
     if isinstance(target, HardwareProfile):
         return target
-    if isinstance(target, str) and target.strip().lower() == "auto":
+    if is_auto(target):
         return detect()
     if isinstance(target, (str, os.PathLike)):
         return load(target)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from schedlib.errors import SchedlibError
-from schedlib.hw import HardwareProfile, resolve
+from schedlib.hw import HardwareProfile, is_auto, resolve
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.func import Func
 from schedlib.ir.reference import evaluate_int
@@ -153,7 +153,7 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     if set(methods) == {"vendor"} and not measured:  # every row would be "needs a GPU"
         raise ValueError("compare: methods=('vendor',) has no time without a GPU (the carver's model estimates "
                          "schedlib's kernels only); add 'rule', 'carver' or 'search', or measure on a GPU")
-    auto = isinstance(target, str) and target.strip().lower() == "auto"  # resolve() takes any spelling
+    auto = is_auto(target)
     profile = resolve("h100" if auto and not measured else target)
     timer = _Timer(profile, measured)
     rows: list[dict[str, Any]] = []

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from schedlib.hw import HardwareProfile, detect, resolve
+from schedlib.hw import HardwareProfile, detect, is_auto, resolve
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.reference import run_reference
 from schedlib.report.compare import compare
@@ -34,6 +34,15 @@ def tolerance(func: Any) -> float:
     """The largest relative error (of the largest |value|) a kernel's first output may have against numpy:
     a 16-bit output keeps about three significant digits, a 32-bit one far more than 1e-4."""
     return 2e-2 if func.buffer(func.outputs[0]).dtype in ("float16", "bfloat16") else 1e-4
+
+
+def check_output(func: Any, got: Any, ref: np.ndarray) -> tuple[float, float, bool]:
+    """(relative error, tolerance, within it) of a kernel's first output against the reference's; a NaN error
+    is a mismatch."""
+    got = np.asarray(got[0] if isinstance(got, tuple) else got, dtype=np.float64)
+    err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+    tol = tolerance(func)
+    return err, tol, bool(err <= tol)
 
 
 def random_inputs(func: Any, seed: int = 0, symbols: dict[str, int] | None = None) -> dict[str, np.ndarray]:
@@ -74,11 +83,9 @@ def verify(spec: WorkloadSpec, profile: HardwareProfile, limit: int, on_gpu: boo
     else:
         got = kernel.run_cpu(*args)
         where = "emulator"
-    got = np.asarray(got[0] if isinstance(got, tuple) else got, dtype=np.float64)
-    err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
-    tol = tolerance(func)
+    err, _, ok = check_output(func, got, ref)
     row = {"workload": spec.name, "verified_at": small.text, "rule": sch.rule, "apply_ms": round(apply_ms, 1),
-           "checked_on": where, "rel_err": err, "ok": bool(err <= tol)}
+           "checked_on": where, "rel_err": err, "ok": ok}
     try:
         report = kernel.compile_check(profile.arch)
         row.update({"registers": report.registers, "smem_bytes": report.shared_static_bytes,
@@ -92,7 +99,7 @@ def run_demo(target: str = "auto", out: str | Path = "schedlib-report", *, trial
              topk: int = 5, echo: Callable[[str], None] = print) -> Path:
     prepare_out_dir(out)
     on_gpu = gpu_available()
-    auto = target.strip().lower() == "auto"  # any spelling, as hw.resolve takes it
+    auto = is_auto(target)
     profile = detect() if (on_gpu and auto) else resolve("h100" if auto else target)
     echo(f"schedlib demo: target {profile.key} ({profile.name}); "
          + (f"GPU present: verifying on it at sizes <= {limit}, timing on it" if on_gpu else

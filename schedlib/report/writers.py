@@ -83,6 +83,15 @@ def convergence_plot(histories: dict[str, list[float]]) -> str | None:
     return png
 
 
+def flat_configs(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` whose ``config`` column is JSON text, as the CSV files keep it (a dict's repr is
+    Python, not data)."""
+    flat = df.copy()
+    if "config" in flat.columns:
+        flat["config"] = flat["config"].map(lambda c: json.dumps(c) if isinstance(c, dict) else c)
+    return flat
+
+
 def prepare_out_dir(out_dir: str | Path) -> Path:
     """Create ``out_dir`` and prove it writable; called before long work, so a bad ``--out`` fails first."""
     out = Path(out_dir)
@@ -105,9 +114,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, 
     out = prepare_out_dir(out_dir)
     source = "measured on the GPU" if df.attrs.get("measured") else "estimated by the carver model (no GPU)"
     csv_path, md_path, html_path = out / "report.csv", out / "report.md", out / "report.html"
-    flat = df.copy()
-    flat["config"] = flat["config"].map(lambda c: json.dumps(c) if isinstance(c, dict) else c)
-    flat.to_csv(csv_path, index=False)
+    flat_configs(df).to_csv(csv_path, index=False)
     md = [f"# {title}", "", f"Target: {df.attrs.get('target')}; times {source}; roofline from "
           f"{df.attrs.get('roofline')}.", "", markdown_table(df, SUMMARY), ""]
     md_path.write_text("\n".join(md))
