@@ -191,12 +191,9 @@ EMULATE_NOTE = 1 << 26
 
 def _emulation_note(spec: Any, func: Any) -> None:
     """A note on stderr before an emulation long enough to look hung, with smaller sizes to try."""
-    import inspect
 
     from schedlib.ir.reference import evaluate_int
     from schedlib.report.demo import SYMBOLIC_DEFAULT
-    from schedlib.suites import SIZE_PARAMS, WorkloadSpec
-    from schedlib.workloads import BUILTINS
 
     env = dict.fromkeys(func.symbols, SYMBOLIC_DEFAULT)
     points = 0
@@ -207,9 +204,7 @@ def _emulation_note(spec: Any, func: Any) -> None:
         points += n
     if points <= EMULATE_NOTE:
         return
-    params = inspect.signature(BUILTINS[spec.kind]).parameters
-    sizes = {k: p.default for k, p in params.items() if k in (*SIZE_PARAMS, "shape") and p.default is not None}
-    small = WorkloadSpec(spec.kind, {**sizes, **spec.params}).scaled(64).text
+    small = spec.scaled(64).text  # the builder's default sizes are capped too
     shapes = ", ".join(f"{n}[{'x'.join(str(getattr(d, 'value', SYMBOLIC_DEFAULT)) for d in func.buffer(n).shape)}]"
                        for n in (*func.inputs, *func.outputs))
     note(f"--emulate: {spec.text} ({shapes}) runs {points:,} loop iterations on the CPU emulator, which can take "

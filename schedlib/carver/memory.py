@@ -25,6 +25,11 @@ from schedlib.rules.base import Tiling
 L2_USABLE_FRACTION = 0.75
 
 
+def l2_overflow(working_set: float, usable_l2: float) -> float:
+    """The share of ``working_set`` that does not fit ``usable_l2`` bytes (0 when it fits)."""
+    return min(1.0, max(0.0, 1.0 - usable_l2 / working_set)) if working_set > 0 else 0.0
+
+
 def staged_loads(problem: Problem, tiling: Tiling, geo: Geometry) -> set[str]:
     """Loads held in shared memory: what the Tiling names (``shared_buffers``, when a rule's Tiling has
     it), else the reused loads whose per-step tiles (times the pipeline depth) fill the block's shared
@@ -72,7 +77,7 @@ def later_passes(problem: Problem, tiling: Tiling, geo: Geometry, loads: list, s
     if resident * footprint <= l1_free:
         return 0.0, 0.0, port, instr
     wave_set = footprint * min(geo.grid, resident * profile.sm_count)
-    overflow = min(1.0, max(0.0, 1.0 - L2_USABLE_FRACTION * profile.l2_bytes / wave_set))
+    overflow = l2_overflow(wave_set, L2_USABLE_FRACTION * profile.l2_bytes)
     total = block_bytes * geo.grid
     return total, total * overflow, port, instr
 

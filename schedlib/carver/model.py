@@ -50,7 +50,7 @@ import math
 from typing import Any
 
 from schedlib.carver.align import alignment_issue
-from schedlib.carver.memory import L2_USABLE_FRACTION, later_passes, staged_loads, traffic_sums
+from schedlib.carver.memory import L2_USABLE_FRACTION, l2_overflow, later_passes, staged_loads, traffic_sums
 from schedlib.carver.occupancy import SUB_PARTITIONS, occupancy
 from schedlib.carver.problem import Problem
 from schedlib.carver.traffic import geometry
@@ -140,11 +140,8 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     loads, stores, l2_bytes, wave_set, inflight_set, block_global, useful_bytes, same_wave, later_wave = cached
     compulsory = float(problem.compulsory_bytes)
     usable_l2 = L2_USABLE_FRACTION * profile.l2_bytes
-
-    def overflow(working_set: float) -> float:
-        return min(1.0, max(0.0, 1.0 - usable_l2 / working_set)) if working_set > 0 else 0.0
-
-    rereads_from_dram = later_wave * overflow(wave_set) + same_wave * overflow(inflight_set)
+    inflight_misses = l2_overflow(inflight_set, usable_l2)
+    rereads_from_dram = later_wave * l2_overflow(wave_set, usable_l2) + same_wave * inflight_misses
     dram_bytes = max(compulsory, min(l2_bytes, compulsory + rereads_from_dram))
     staged = staged_loads(problem, tiling, geo)
     pass_l2, pass_dram, pass_port, pass_instr = later_passes(problem, tiling, geo, loads, staged, bps, profile)
@@ -231,7 +228,7 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
     # A trip's latency is L2's or DRAM's by the share of its bytes that come from DRAM, but a block that
     # reads what another block of its wave fetches at the same moment waits for the same DRAM fill: those
     # re-reads are L2 traffic without L2 latency (counting them made a bigger problem look faster).
-    waited_bytes = l2_bytes - same_wave * (1.0 - overflow(inflight_set))
+    waited_bytes = l2_bytes - same_wave * (1.0 - inflight_misses)
     hit = 1.0 - min(1.0, dram_bytes / waited_bytes) if waited_bytes > 0 else 0.0
     avg_latency = hit * L2_LATENCY_S + (1 - hit) * DRAM_LATENCY_S
     lat_mem = round_trips * avg_latency

@@ -25,7 +25,7 @@ from schedlib.codegen.kernel_spec import KernelSpec
 from schedlib.codegen.layout import const_bytes, flatten, size_elements
 from schedlib.codegen.vector_access import VectorAccess
 from schedlib.errors import BuildError
-from schedlib.ir.dtype import BYTES
+from schedlib.ir.dtype import BYTES, is_float
 from schedlib.ir.expr import Const, Expr, Load, as_int, binary
 from schedlib.ir.func import GRID_YZ_LIMIT, THREAD_INDEX_TAGS, Block, Buffer, Func, Loop
 from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, substitute, var_ranges
@@ -270,7 +270,7 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
     def _combine(self, reducer: str, a: str, b: str, dtype: str) -> str:
         if reducer == "sum":
             return f"{a} + {b}"
-        fn = float_min_max(reducer) if dtype.startswith(("float", "bfloat")) else reducer
+        fn = float_min_max(reducer) if is_float(dtype) else reducer
         return f"{fn}({a}, {b})"
 
     def _check_private_store(self, block: Block, ctx: _Ctx) -> None:

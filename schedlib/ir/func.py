@@ -233,6 +233,11 @@ class Func:
             n += 1
         return f"{base}_{n}"
 
+    def fresh_axis_name(self, base: str) -> str:
+        """A name for an axis a primitive creates: never a symbolic size's (codegen substitutes sizes by name,
+        so an axis ``ax1`` beside a size ``ax1`` would index with the loop variable in place of the size)."""
+        return self.fresh_name(base, set(self.symbols))
+
     def __str__(self) -> str:
         from schedlib.ir.printer import func_str
 

@@ -37,7 +37,6 @@ class SpaceCodec:
         self.distributions: dict[str, BaseDistribution] = {
             k.name: IntDistribution(0, len(k.values) - 1) for k in self.free}
         self._legal: list[Config] | None = None
-        self._scanned: list[Config] | None = None  # all legal points of a large space, once listed by scan()
         self._coords: np.ndarray | None = None  # legal points as scaled value indices (for spread)
 
     def decode(self, params: Mapping[str, Any]) -> Config:
@@ -69,11 +68,9 @@ class SpaceCodec:
 
     def legal(self) -> list[Config]:
         """All legal points in lexicographic order (computed once; only for enumerable spaces)."""
-        if self._legal is None:
-            if not self.enumerable:
-                raise ValueError(f"the {self.space.rule} space has {self.space.size} points; too many to list")
-            self._legal = list(self.space.enumerate())
-        return self._legal
+        if self._legal is None and not self.enumerable:
+            raise ValueError(f"the {self.space.rule} space has {self.space.size} points; too many to list")
+        return self.scan()
 
     @property
     def scannable(self) -> bool:
@@ -81,13 +78,11 @@ class SpaceCodec:
 
     def scan(self) -> list[Config]:
         """All legal points, listed once even past ENUMERATE_LIMIT (for an exact "is anything left?")."""
-        if self.enumerable:
-            return self.legal()
-        if self._scanned is None:
+        if self._legal is None:
             if not self.scannable:
                 raise ValueError(f"the {self.space.rule} space has {self.space.size} points; too many to scan")
-            self._scanned = list(self.space.enumerate())
-        return self._scanned
+            self._legal = list(self.space.enumerate())
+        return self._legal
 
     def sample(self, rng: random.Random) -> Config:
         """A uniformly random legal point."""
@@ -101,7 +96,7 @@ class SpaceCodec:
             config = self.sample(rng)
             if self.key(config) not in taken:
                 return config
-        listed = self.legal() if self.enumerable else self._scanned
+        listed = self.legal() if self.enumerable else self._legal  # a large space: only once scan() listed it
         if listed is None:
             return None  # not listed (yet): the caller cannot tell "none left" from "none found"
         rest = [c for c in listed if self.key(c) not in taken]

@@ -346,12 +346,6 @@ def ranked_records(study: optuna.Study, space: Space | None = None) -> list[Reco
     return sorted(ok, key=lambda r: (r.time_us, r.number))
 
 
-def best_record(study: optuna.Study, space: Space | None = None) -> Record | None:
-    """The fastest ok record whose config is in ``space`` (see :func:`ranked_records`)."""
-    ranked = ranked_records(study, space)
-    return ranked[0] if ranked else None
-
-
 def find_studies(storage: BaseStorage, func: Func, profile: HardwareProfile, rule: str,
                  space: str) -> tuple[list[TuningKey], list[str]]:
     """Keys of this exact workload and knob space in ``storage``, and one line per other recorded study of the

@@ -13,9 +13,7 @@ from schedlib.ir.simplify import rename_buffer
 
 def _copy_block(func: Func, name: str, src: Buffer, dst: str) -> Block:
     """A block copying every element of ``src`` into ``dst`` (same shape), one loop per dimension."""
-    # An axis named like a symbolic size ($ax1) would be substituted for that size in the generated code.
-    symbols = set(func.symbols)
-    axes = tuple(Axis(func.fresh_name(f"ax{d}", symbols), ext, "S") for d, ext in enumerate(src.shape))
+    axes = tuple(Axis(func.fresh_axis_name(f"ax{d}"), ext, "S") for d, ext in enumerate(src.shape))
     taken = func.all_loop_names()
     loops = tuple(Loop(func.fresh_name(f"{name}.ax{d}", taken), ext) for d, ext in enumerate(src.shape))
     idx = tuple(Var(a.name) for a in axes)

@@ -168,8 +168,7 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     moved = _regenerate(func, blk, {a.name: r for a, r in zip(spatial, region)}, Attach(host.name, loop, "before"))
     out = func.with_block(moved)
     if buf.scope != "global":
-        whole = _permuted_dims(buf)
-        bases = [Const(0) if d in whole else r[0] for d, r in enumerate(region)]
+        whole, bases, shape = _compaction(buf, region)
         s_loops = [lp for a, lp in zip(moved.axes, moved.loops) if a.kind == "S"]
         store = tuple(moved.store_indices[d] if d in whole else lp.var for d, lp in enumerate(s_loops))
         out = out.with_block(replace(moved, store_indices=store))
@@ -177,7 +176,7 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
             c = out.block(c.name)
             value = rename_buffer(c.value, buf.name, buf.name, lambda ix, bases=bases: _shift(ix, bases))
             out = out.with_block(replace(c, value=value))
-        out = out.with_buffer(replace(buf, shape=_compacted_shape(buf, region)))
+        out = out.with_buffer(replace(buf, shape=shape))
     out = normalize(out)
     check_dependencies(out, prim, "block", block)
     return out, None
@@ -267,24 +266,22 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     # Other writers (a decomposed init) keep the buffer's full indexing, so it stays whole with them.
     sole_writer = [p.name for p in func.producers(buf.name)] == [host.name]
     if buf.scope != "global" and not others and buf.name not in func.outputs and exact and sole_writer:
-        whole = _permuted_dims(buf)
-        bases = [Const(0) if d in whole else r[0] for d, r in enumerate(region)]
+        _, bases, shape = _compaction(buf, region)
         writer = out.block(host.name)
         out = out.with_block(replace(writer, store_indices=_shift(writer.store_indices, bases)))
         moved = out.block(block)
         value = rename_buffer(moved.value, buf.name, buf.name, lambda ix: _shift(ix, bases))
         out = out.with_block(replace(moved, value=value))
-        out = out.with_buffer(replace(buf, shape=_compacted_shape(buf, region)))
+        out = out.with_buffer(replace(buf, shape=shape))
     out = normalize(out)
     check_dependencies(out, prim, "block", block)
     return out, None
 
 
-def _permuted_dims(buf: Buffer) -> set[int]:
-    """Dimensions a storage_permute reorders: their digits describe the whole extent, so they stay whole."""
-    return {d for d, _, _ in buf.permute}
-
-
-def _compacted_shape(buf: Buffer, region: list[tuple[Expr, Expr]]) -> tuple[Expr, ...]:
-    whole = _permuted_dims(buf)
-    return tuple(buf.shape[d] if d in whole else r[1] for d, r in enumerate(region))
+def _compaction(buf: Buffer, region: list[tuple[Expr, Expr]]
+                ) -> tuple[set[int], list[Expr], tuple[Expr, ...]]:
+    """(dims kept whole, each dim's base, the compacted shape) of ``buf`` cut to ``region``.  A dim that
+    storage_permute reorders stays whole: its digits describe the whole extent."""
+    whole = {d for d, _, _ in buf.permute}
+    bases = [Const(0) if d in whole else r[0] for d, r in enumerate(region)]
+    return whole, bases, tuple(buf.shape[d] if d in whole else r[1] for d, r in enumerate(region))

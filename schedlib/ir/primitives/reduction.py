@@ -67,8 +67,7 @@ def rfactor(func: Func, loop: str, factor_axis: int = 0) -> tuple[Func, str]:
         if a.kind == "S" and free_vars(b) & {lp.name for lp in r_loops}:
             fail(prim, "loop", loop, f"reduction loops also drive spatial axis {a.name}; cannot factor")
     names = {a.name for a in owner.axes}
-    # Not a symbolic size's name either: codegen would substitute the axis for the size.
-    new_axis = {lp.name: func.fresh_name(f"v_{short(lp.name)}", set(func.symbols)) for lp in r_loops}
+    new_axis = {lp.name: func.fresh_axis_name(f"v_{short(lp.name)}") for lp in r_loops}
     for v in new_axis.values():
         if v in names:
             fail(prim, "loop", loop, f"axis name {v} already exists in {owner.name}")

@@ -62,7 +62,7 @@ def _alive(pid: int) -> bool:
         return True
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such process; a pid too large for the OS is none either
         return False
     except OSError:
         return True  # exists, owned by someone else
