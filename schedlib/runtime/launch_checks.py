@@ -24,14 +24,13 @@ class LaunchCache:
     LIMIT = 256
 
     def __init__(self) -> None:
-        self.checked: set[tuple[tuple[str, int], ...]] = set()
-        self.grids: dict[tuple[tuple[str, int], ...], list[tuple[int, int, int]]] = {}
+        # sizes checked -> their grids (None until a launch asks for them)
+        self.entries: dict[tuple[tuple[str, int], ...], list[tuple[int, int, int]] | None] = {}
 
     def remember(self, key: tuple[tuple[str, int], ...]) -> None:
-        if len(self.checked) >= self.LIMIT:
-            self.checked.clear()
-            self.grids.clear()
-        self.checked.add(key)
+        if len(self.entries) >= self.LIMIT:
+            self.entries.clear()
+        self.entries[key] = None
 
 
 def bound_symbols(func: Func, inputs: Mapping[str, Any], cache: LaunchCache | None = None) -> dict[str, int]:
@@ -39,7 +38,7 @@ def bound_symbols(func: Func, inputs: Mapping[str, Any], cache: LaunchCache | No
     set of values when a ``cache`` is given)."""
     symbols = bind_symbols(func, inputs)
     key = tuple(sorted(symbols.items()))
-    if cache is not None and key in cache.checked:
+    if cache is not None and key in cache.entries:
         return symbols
     for name, value in symbols.items():
         # symbols are int32 kernel parameters; only zero-size arrays get this far with a larger one
@@ -65,12 +64,13 @@ def work_is_empty(func: Func, symbols: Mapping[str, int]) -> bool:
 def launch_grids(func: Func, specs: Sequence[Any], symbols: Mapping[str, int],
                  cache: LaunchCache | None = None) -> list[tuple[int, int, int]]:
     key = tuple(sorted(symbols.items()))
-    if cache is not None and key in cache.grids:
-        return cache.grids[key]
+    known = cache.entries.get(key) if cache is not None else None
+    if known is not None:
+        return known
     empty = work_is_empty(func, symbols)
     grids = [spec.grid_for(symbols, empty=empty) for spec in specs]
-    if cache is not None and key in cache.checked:
-        cache.grids[key] = grids
+    if cache is not None and key in cache.entries:  # only sizes bound_symbols checked
+        cache.entries[key] = grids
     return grids
 
 
