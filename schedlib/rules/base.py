@@ -15,7 +15,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from schedlib.errors import ScheduleError
 from schedlib.hw import HardwareProfile, resolve
@@ -23,6 +23,7 @@ from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 
 Config = dict[str, Any]
+FactsT = TypeVar("FactsT")  # what a rule's analysis returns
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,13 @@ class Rule(ABC):
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling | None:
         """Physical meaning of ``config`` for the carver (None: not modelled)."""
         return None
+
+    def _require(self, facts: FactsT | str) -> FactsT:
+        """The facts of an analysis, or the error every rule gives for a func it does not take (not a space
+        or config that looks usable, nor an AttributeError from deep inside)."""
+        if isinstance(facts, str):
+            raise ValueError(f"{self.name} rule does not apply: {facts}")
+        return facts
 
     def applies(self, func: Func, target: Any) -> str | None:
         """None when the rule applies, else the reason it declines."""

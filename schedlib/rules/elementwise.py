@@ -38,12 +38,7 @@ class ElementwiseRule(Rule):
         return analyze_elementwise(func)
 
     def _facts(self, func: Func) -> ElementwiseFacts:
-        """The facts, or the error every rule gives when asked about a func it does not take (rather than a
-        space or config that looks usable, or an AttributeError from deep inside)."""
-        facts = analyze_elementwise(func)
-        if isinstance(facts, str):
-            raise ValueError(f"elementwise rule does not apply: {facts}")
-        return facts
+        return self._require(analyze_elementwise(func))
 
     def space(self, func: Func, target: Any) -> Space:
         self._facts(func)

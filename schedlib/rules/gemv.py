@@ -45,10 +45,7 @@ class GemvRule(Rule):
         return analyze_gemv(func)
 
     def _facts(self, func: Func) -> ReductionFacts:
-        facts = analyze_gemv(func)
-        if isinstance(facts, str):
-            raise ValueError(f"gemv rule does not apply: {facts}")
-        return facts
+        return self._require(analyze_gemv(func))
 
     def space(self, func: Func, target: Any) -> Space:
         facts = self._facts(func)

@@ -99,10 +99,7 @@ class GeneralReductionRule(Rule):
         return analyze_general_reduction(func)
 
     def _facts(self, func: Func) -> GeneralReductionFacts:
-        facts = analyze_general_reduction(func)
-        if isinstance(facts, str):
-            raise ValueError(f"general_reduction rule does not apply: {facts}")
-        return facts
+        return self._require(analyze_general_reduction(func))
 
     def space(self, func: Func, target: Any) -> Space:
         limit = target.max_threads_per_block

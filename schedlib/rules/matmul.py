@@ -243,10 +243,7 @@ class MatmulRule(Rule):
         return c["thread_m"] * c["thread_n"] + c["thread_m"] + c["thread_n"] + prefetch + REGISTER_OVERHEAD
 
     def _facts(self, func: Func) -> MatmulFacts:
-        facts = analyze_matmul(func)
-        if isinstance(facts, str):
-            raise ValueError(f"matmul rule does not apply: {facts}")
-        return facts
+        return self._require(analyze_matmul(func))
 
     def default_config(self, func: Func, target: Any) -> Config:
         """Largest block tile that still gives every SM a block, shrunk for small problems; on tensor cores

@@ -60,10 +60,7 @@ class ReductionRule(Rule):
         return analyze_reduction(func)
 
     def _facts(self, func: Func) -> ReductionFacts:
-        facts = analyze_reduction(func)
-        if isinstance(facts, str):
-            raise ValueError(f"reduction rule does not apply: {facts}")
-        return facts
+        return self._require(analyze_reduction(func))
 
     def _length(self, func: Func, facts: ReductionFacts) -> int:
         blk = func.block(facts.main)

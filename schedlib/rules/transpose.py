@@ -47,11 +47,7 @@ class TransposeRule(Rule):
         return analyze_transpose(func)
 
     def _facts(self, func: Func) -> TransposeFacts:
-        """The facts, or the error every rule gives for a func it does not take (not a bare assert)."""
-        facts = analyze_transpose(func)
-        if isinstance(facts, str):
-            raise ValueError(f"transpose rule does not apply: {facts}")
-        return facts
+        return self._require(analyze_transpose(func))
 
     def space(self, func: Func, target: Any) -> Space:
         self._facts(func)
