@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedlib.errors import ScheduleError
 from schedlib.ir.expr import Binary, Cast, Expr, Load, Var, as_int
 from schedlib.ir.func import Block, Func
+from schedlib.ir.primitives.inline import compute_inline
 from schedlib.ir.simplify import loads
 
 
@@ -81,6 +83,33 @@ def epilogue_chain(func: Func, main: Block) -> list[Block] | str:
         chain.append(b)
         current = b
     return chain
+
+
+def inline_prologue(func: Func, main: Block) -> tuple[Func, tuple[str, ...]] | str:
+    """``func`` with every stage before ``main`` inlined into its consumers, and those stages' names in the
+    order a schedule inlines them; or why that cannot be done.
+
+    A reduction of a computed value (``sum(exp(x))`` written as two stages, a dequantised weight) then reads
+    func inputs only, which is what the cross-thread template stages and vectorizes.  Only element-wise
+    stages qualify: they are recomputed where used, so nothing is stored and nothing is recomputed twice
+    unless two loads read one element.  A stage that is also a func output must be stored, so it declines.
+    """
+    names: list[str] = []
+    for b in func.blocks[:func.blocks.index(main)]:
+        if not is_elementwise(b):
+            return f"block {b.name} before {main.name} is not element-wise"
+        if b.store in func.outputs:
+            return f"block {b.name} before {main.name} writes func output {b.store}, which must be stored"
+        names.append(b.name)
+    view = func
+    # Last stage first: each is inlined into a consumer that is itself still a plain element-wise block.
+    order = tuple(reversed(names))
+    for name in order:
+        try:
+            view, _ = compute_inline(view, name)
+        except ScheduleError as e:
+            return f"block {name} cannot be inlined: {e.reason}"
+    return view, order
 
 
 def const_or(e: Expr, default: int) -> int:

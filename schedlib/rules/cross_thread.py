@@ -44,7 +44,8 @@ class ReductionFacts:
     reduce: tuple[str, ...]
     inner: bool  # the reduced axis is contiguous in the big operand
     epilogue: tuple[str, ...]
-    in_bytes: int
+    in_bytes: int  # the widest element the reduction walks
+    prologue: tuple[str, ...] = ()  # element-wise stages before ``main``, inlined first, in this order
 
 
 def _fused(s: Schedule, loops: list[str]) -> str | None:
@@ -55,6 +56,8 @@ def _fused(s: Schedule, loops: list[str]) -> str | None:
 
 def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> Schedule:
     s = Schedule(func)
+    for block in facts.prologue:
+        s.compute_inline(block)
     C = facts.main
     by_axis = dict(zip([a.name for a in func.block(C).axes], s.get_loops(C)))
     k = _fused(s, [by_axis[a] for a in facts.reduce])

@@ -1,5 +1,9 @@
 """Reduction rule: sum / max / min / mean / sum of squares over the last or the first axis.
 
+The body may read several operands, as long as every load indexed by all of the block's axes uses them in one
+order (``sum(A[i, k] * B[i, k])``); loads of fewer axes are broadcasts (``W[i, k] * x[k]``, ``X[i, k] * s[i]``).
+Element-wise stages before the reduction are inlined into it (:func:`~schedlib.rules.analysis.inline_prologue`).
+
 Row-per-block (many threads per row) and row-per-warp (32 threads per row, several rows per block) are two
 points of the same knob space (``threads_k`` = 32 with ``rows_per_block`` > 1 is row-per-warp); the
 default picks by row length.  Reductions over the first axis use the ``outer`` layout.
@@ -11,9 +15,16 @@ from typing import Any
 
 from schedlib.hw import HardwareProfile
 from schedlib.ir.dtype import BYTES
-from schedlib.ir.func import Func
+from schedlib.ir.func import Block, Func
 from schedlib.ir.schedule import Schedule
-from schedlib.rules.analysis import accesses, ceil_pow2, const_or, epilogue_chain, stores_plainly
+from schedlib.rules.analysis import (
+    accesses,
+    ceil_pow2,
+    const_or,
+    epilogue_chain,
+    inline_prologue,
+    stores_plainly,
+)
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
 from schedlib.rules.cross_thread import (
     ReductionFacts,
@@ -30,27 +41,54 @@ def analyze_reduction(func: Func) -> ReductionFacts | str:
     reductions = [b for b in func.blocks if b.reducer is not None]
     if len(reductions) != 1:
         return f"needs exactly one reduction block, found {len(reductions)}"
-    main = reductions[0]
-    if func.blocks.index(main) != 0:
-        return "stages before the reduction must be inlined first"
+    inlined = inline_prologue(func, reductions[0])
+    if isinstance(inlined, str):
+        return inlined
+    view, prologue = inlined
+    main = view.block(reductions[0].name)
     if "S" not in main.kinds or not stores_plainly(main):
         return f"block {main.name} ({main.kinds}) must keep spatial axes and store at them"
-    accs = accesses(main)
-    buffers = {a.buffer for a in accs}
-    if len(buffers) != 1 or not all(a.plain for a in accs) or len({a.axes for a in accs}) != 1:
-        return f"block {main.name} must read one buffer at one plain index"
-    (buf,) = buffers
-    if buf not in func.inputs:
-        return f"{buf} is computed; inline its producer first"
-    index = accs[0].axes
+    index = walked_index(view, main)
+    if isinstance(index, str):
+        return index
     r_axes = tuple(a.name for a in main.axes if a.kind == "R")
     s_axes = tuple(a.name for a in main.axes if a.kind == "S")
-    epi = epilogue_chain(func, main)
+    epi = epilogue_chain(view, main)
     if isinstance(epi, str):
         return epi
-    inner = index[-1] in r_axes
-    return ReductionFacts(main.name, s_axes, (), r_axes, inner, tuple(b.name for b in epi),
-                          BYTES[func.buffer(buf).dtype])
+    walked = {a.buffer for a in accesses(main) if a.axes == index}
+    in_bytes = max(BYTES[func.buffer(b).dtype] for b in walked)
+    return ReductionFacts(main.name, s_axes, (), r_axes, index[-1] in r_axes, tuple(b.name for b in epi),
+                          in_bytes, prologue)
+
+
+def walked_index(func: Func, main: Block) -> tuple[str, ...] | str:
+    """The index at which the reduction walks its operands (every axis of ``main``, in the order of the
+    operands' dimensions), or why there is none.
+
+    ``sum_k X[i, k] * Y[i, k]`` walks ``(i, k)``.  Loads of fewer axes are broadcasts (``w[k]`` of a
+    matrix-vector product, ``s[i]`` a per-row scale) and may come in any order, but every load indexed by all
+    the axes must use the same order: that order decides which axis is contiguous, so which layout (inner or
+    outer) coalesces.
+    """
+    accs = accesses(main)
+    if not accs:
+        return f"block {main.name} reads no buffer"
+    if not all(a.plain for a in accs):
+        return f"block {main.name} reads at an index that is not a plain axis"
+    computed = sorted({a.buffer for a in accs if a.buffer not in func.inputs})
+    if computed:
+        return f"{computed[0]} is computed; inline its producer first"
+    every = {a.name for a in main.axes}
+    full = sorted({a.axes for a in accs if set(a.axes) == every})
+    if not full:
+        return f"block {main.name} reads no operand at all of its axes {sorted(every)}"
+    if len(full) > 1:
+        orders = ", ".join("(" + ", ".join(f) + ")" for f in full)
+        return f"block {main.name} reads its operands in different axis orders: {orders}"
+    if len(full[0]) != len(every):
+        return f"block {main.name} reads an operand at a repeated axis {full[0]}"
+    return full[0]
 
 
 class ReductionRule(Rule):

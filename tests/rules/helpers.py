@@ -22,7 +22,7 @@ import schedlib as sl
 import schedlib.hw
 from schedlib import workloads as wl
 from schedlib.codegen.warp_specialized import register_cap
-from schedlib.ir.dtype import numpy_dtype, round_to_dtype
+from schedlib.ir.dtype import is_float, numpy_dtype, round_to_dtype
 from schedlib.ir.func import Func
 from schedlib.ir.reference import evaluate_int
 from schedlib.runtime.nvcc import KernelResources, find_nvcc, nvrtc_available
@@ -45,13 +45,20 @@ def input_shapes(func: Func, symbols: Mapping[str, int] | None = None) -> dict[s
 
 def random_inputs(func: Func, rng: np.random.Generator, symbols: Mapping[str, int] | None = None
                   ) -> dict[str, np.ndarray]:
-    """Fresh normal values, never zero (|x| >= 0.05), rounded to the input's dtype (bf16 held in float32)."""
+    """Fresh normal values, never zero (|x| >= 0.05), rounded to the input's dtype (bf16 held in float32);
+    integer inputs get small non-zero integers (|x| <= 8, negative only where the type has them)."""
     out = {}
     for name, shape in input_shapes(func, symbols).items():
         dtype = func.buffer(name).dtype
-        x = rng.standard_normal(shape)
-        x = np.where(np.abs(x) < 0.05, np.copysign(0.05, x), x)
-        arr = round_to_dtype(x.astype(np.float32), dtype)
+        if is_float(dtype):
+            x = rng.standard_normal(shape)
+            x = np.where(np.abs(x) < 0.05, np.copysign(0.05, x), x)
+            arr = round_to_dtype(x.astype(np.float32), dtype)
+        else:
+            x = rng.integers(1, 9, shape)
+            if np.iinfo(numpy_dtype(dtype)).min < 0:
+                x = x * rng.choice(np.array([-1, 1]), shape)
+            arr = x.astype(numpy_dtype(dtype))
         assert arr.dtype == numpy_dtype(dtype)
         assert np.all(arr != 0)
         out[name] = arr
