@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schedlib.errors import ScheduleError
-from schedlib.ir.expr import Binary, Cast, Expr, Load, Var, as_int
+from schedlib.ir.expr import Binary, Cast, Const, Expr, Load, Var, as_int
 from schedlib.ir.func import Block, Func
 from schedlib.ir.primitives.inline import compute_inline
 from schedlib.ir.simplify import loads
@@ -52,6 +52,20 @@ def product_operands(e: Expr) -> tuple[Load, Load] | None:
         a, b = strip_casts(e.a), strip_casts(e.b)
         if isinstance(a, Load) and isinstance(b, Load):
             return a, b
+    return None
+
+
+def product_loads(e: Expr) -> list[Load] | None:
+    """The loads of a product of (cast) loads and constants, ``cast(x[m, k]) * (cast(w[n, k]) * s[n])`` ->
+    the three loads; None when ``e`` is anything else (a sum, a call)."""
+    e = strip_casts(e)
+    if isinstance(e, Load):
+        return [e]
+    if isinstance(e, Const):
+        return []
+    if isinstance(e, Binary) and e.op == "*":
+        a, b = product_loads(e.a), product_loads(e.b)
+        return None if a is None or b is None else a + b
     return None
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from schedlib.hw import HardwareProfile
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
-from schedlib.rules.analysis import ceil_pow2, const_or
+from schedlib.rules.analysis import ceil_pow2, const_or, inline_prologue
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
 from schedlib.rules.cross_thread import (
     ReductionFacts,
@@ -20,13 +20,20 @@ from schedlib.rules.cross_thread import (
     outer_tiling,
     schedule_cross_thread,
 )
-from schedlib.rules.matmul import analyze_matmul
+from schedlib.rules.matmul_facts import analyze_matmul
 
 SMALL = 8  # largest activation extent treated as a vector side
 
 
 def analyze_gemv(func: Func) -> ReductionFacts | str:
-    mm = analyze_matmul(func)
+    reductions = [b for b in func.blocks if b.reducer is not None]
+    if len(reductions) != 1:
+        return f"needs exactly one reduction block, found {len(reductions)}"
+    inlined = inline_prologue(func, reductions[0])  # a dequantised weight: its stages are inlined
+    if isinstance(inlined, str):
+        return inlined
+    view, prologue = inlined
+    mm = analyze_matmul(view, scaled=True)
     if isinstance(mm, str):
         return mm
     m, n = (const_or(mm.extents[a], 1 << 30) for a in (mm.m, mm.n))
@@ -35,7 +42,7 @@ def analyze_gemv(func: Func) -> ReductionFacts | str:
     small, big = (mm.m, mm.n) if m <= n else (mm.n, mm.m)
     weight_contig = mm.b_contig if big == mm.n else mm.a_contig
     return ReductionFacts(mm.main, (*mm.batch, big), (small,), (mm.k,), weight_contig == mm.k, mm.epilogue,
-                          mm.in_bytes)
+                          mm.in_bytes, prologue)
 
 
 class GemvRule(Rule):

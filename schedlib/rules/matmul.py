@@ -18,82 +18,22 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from schedlib.hw import HardwareProfile
-from schedlib.ir.dtype import BYTES
-from schedlib.ir.expr import Expr, as_int
+from schedlib.ir.expr import as_int
 from schedlib.ir.func import GRID_YZ_LIMIT, Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules import matmul_tc as tc
 from schedlib.rules import matmul_wgmma as wg
-from schedlib.rules.analysis import (
-    access_of,
-    ceil_pow2,
-    const_or,
-    epilogue_chain,
-    product_operands,
-    stores_plainly,
-)
+from schedlib.rules.analysis import ceil_pow2, const_or
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
+from schedlib.rules.matmul_facts import MatmulFacts, analyze_matmul
 
 REGISTER_OVERHEAD = 40  # addresses, loop counters, fetch temporaries (per thread)
 
 
 SIMT_STAGES = (1, 2)  # single- or double-buffered shared tiles
-
-
-@dataclass(frozen=True)
-class MatmulFacts:
-    main: str
-    batch: tuple[str, ...]
-    m: str
-    n: str
-    k: str
-    a: str  # buffer holding the m axis
-    b: str  # buffer holding the n axis
-    a_contig: str  # axis along A's last dimension (k or m)
-    b_contig: str
-    epilogue: tuple[str, ...]
-    in_bytes: int
-    extents: dict[str, Expr]
-
-
-def analyze_matmul(func: Func) -> MatmulFacts | str:
-    reductions = [b for b in func.blocks if b.reducer is not None]
-    if len(reductions) != 1:
-        return f"needs exactly one reduction block, found {len(reductions)}"
-    main = reductions[0]
-    if main.reducer != "sum" or main.kinds.count("R") != 1 or main.kinds.count("S") < 2:
-        return f"block {main.name} has kinds {main.kinds}; a matmul is S..SR with a sum"
-    if not stores_plainly(main):
-        return f"block {main.name} does not store at its spatial axes"
-    ops = product_operands(main.value)
-    if ops is None:
-        return f"block {main.name} does not reduce a product of two loads"
-    acc_a, acc_b = (access_of(main, ld) for ld in ops)
-    if acc_a.buffer not in func.inputs or acc_b.buffer not in func.inputs:
-        return "operands must be func inputs (inline the stages that compute them first)"
-    if not (acc_a.plain and acc_b.plain) or acc_a.buffer == acc_b.buffer:
-        return "operands must be two different buffers indexed by plain axes"
-    k = next(a.name for a in main.axes if a.kind == "R")
-    sa, sb = set(acc_a.axes), set(acc_b.axes)
-    if k not in sa or k not in sb:
-        return f"reduce axis {k} must index both operands"
-    spatial = [a.name for a in main.axes if a.kind == "S"]
-    only_a = [s for s in spatial if s in sa and s not in sb]
-    only_b = [s for s in spatial if s in sb and s not in sa]
-    batch = tuple(s for s in spatial if s in sa and s in sb)
-    if len(only_a) != 1 or len(only_b) != 1 or len(batch) + 2 != len(spatial):
-        return f"spatial axes {spatial} do not split into batch, m (A only) and n (B only)"
-    epi = epilogue_chain(func, main)
-    if isinstance(epi, str):
-        return epi
-    extents = {a.name: a.extent for a in main.axes}
-    in_bytes = BYTES[func.buffer(acc_a.buffer).dtype]
-    return MatmulFacts(main.name, batch, only_a[0], only_b[0], k, acc_a.buffer, acc_b.buffer, acc_a.axes[-1],
-                       acc_b.axes[-1], tuple(b.name for b in epi), in_bytes, extents)
 
 
 def shrink_to_fill(M: int, N: int, batch: int, sms: int, tile: tuple[int, int], floor: int) -> tuple[int, int]:

@@ -10,7 +10,7 @@ import schedlib as sl
 from schedlib.codegen.operand_copy import swizzle
 from schedlib.rules import get_rule
 from schedlib.rules import matmul_tc as tc
-from schedlib.rules.matmul import analyze_matmul
+from schedlib.rules.matmul_facts import analyze_matmul
 
 MATMUL = get_rule("matmul")
 

@@ -67,7 +67,7 @@ def test_rules_registry() -> None:
     (crossed_rows, {"matmul": "S..SR", "gemv": "S..SR", "general_reduction": "element-wise output",
                     "reduction": "different axis orders: (i, k), (k, i)", "elementwise": "not element-wise"}),
     (triple_product_matmul, {"matmul": "does not reduce a product of two loads",
-                             "gemv": "does not reduce a product of two loads",
+                             "gemv": "reduces a product of 3 loads indexed by k, not two",
                              "reduction": "reads no operand at all of its axes ['i', 'j', 'k']"}),
 ], ids=["stencil", "crossed-rows", "triple-product-matmul"])
 def test_explain_falls_back_with_reasons(make, reasons: dict[str, str], rng: np.random.Generator,

@@ -1,0 +1,99 @@
+"""What makes a func a matmul: the S/R structure and the operands of its one reduction, read off the IR.
+
+Shared by the Matmul rule (whose templates stage exactly two operands) and the GEMV rule (which also takes
+products with broadcast scales, ``x[m, k] * (w[n, k] * s[n])``, multiplied in registers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schedlib.ir.dtype import BYTES
+from schedlib.ir.expr import Expr
+from schedlib.ir.func import Block, Func
+from schedlib.rules.analysis import (
+    Access,
+    access_of,
+    epilogue_chain,
+    product_loads,
+    product_operands,
+    stores_plainly,
+)
+
+
+@dataclass(frozen=True)
+class MatmulFacts:
+    main: str
+    batch: tuple[str, ...]
+    m: str
+    n: str
+    k: str
+    a: str  # buffer holding the m axis
+    b: str  # buffer holding the n axis
+    a_contig: str  # axis along A's last dimension (k or m)
+    b_contig: str
+    epilogue: tuple[str, ...]
+    in_bytes: int
+    extents: dict[str, Expr]
+
+
+def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
+    """The matmul's facts, or why ``func`` is not one.  ``scaled`` also takes products of more than two loads
+    when the extra ones are broadcasts of an operand (``x[m, k] * (w[n, k] * s[n])``): the GEMV template
+    multiplies them in registers, the matmul templates stage exactly two operands."""
+    reductions = [b for b in func.blocks if b.reducer is not None]
+    if len(reductions) != 1:
+        return f"needs exactly one reduction block, found {len(reductions)}"
+    main = reductions[0]
+    if main.reducer != "sum" or main.kinds.count("R") != 1 or main.kinds.count("S") < 2:
+        return f"block {main.name} has kinds {main.kinds}; a matmul is S..SR with a sum"
+    if not stores_plainly(main):
+        return f"block {main.name} does not store at its spatial axes"
+    k = next(a.name for a in main.axes if a.kind == "R")
+    operands = _scaled_operands(main, k) if scaled else _two_operands(main)
+    if isinstance(operands, str):
+        return operands
+    acc_a, acc_b = operands
+    if acc_a.buffer not in func.inputs or acc_b.buffer not in func.inputs:
+        return "operands must be func inputs (inline the stages that compute them first)"
+    if not (acc_a.plain and acc_b.plain) or acc_a.buffer == acc_b.buffer:
+        return "operands must be two different buffers indexed by plain axes"
+    sa, sb = set(acc_a.axes), set(acc_b.axes)
+    if k not in sa or k not in sb:
+        return f"reduce axis {k} must index both operands"
+    spatial = [a.name for a in main.axes if a.kind == "S"]
+    only_a = [s for s in spatial if s in sa and s not in sb]
+    only_b = [s for s in spatial if s in sb and s not in sa]
+    batch = tuple(s for s in spatial if s in sa and s in sb)
+    if len(only_a) != 1 or len(only_b) != 1 or len(batch) + 2 != len(spatial):
+        return f"spatial axes {spatial} do not split into batch, m (A only) and n (B only)"
+    epi = epilogue_chain(func, main)
+    if isinstance(epi, str):
+        return epi
+    extents = {a.name: a.extent for a in main.axes}
+    in_bytes = BYTES[func.buffer(acc_a.buffer).dtype]
+    return MatmulFacts(main.name, batch, only_a[0], only_b[0], k, acc_a.buffer, acc_b.buffer, acc_a.axes[-1],
+                       acc_b.axes[-1], tuple(b.name for b in epi), in_bytes, extents)
+
+
+def _two_operands(main: Block) -> tuple[Access, Access] | str:
+    ops = product_operands(main.value)
+    if ops is None:
+        return f"block {main.name} does not reduce a product of two loads"
+    return access_of(main, ops[0]), access_of(main, ops[1])
+
+
+def _scaled_operands(main: Block, k: str) -> tuple[Access, Access] | str:
+    """The two loads of a product that the reduce axis ``k`` walks; every other factor must be a broadcast of
+    one of them (indexed by some of its axes) and be read at plain axes."""
+    lds = product_loads(main.value)
+    if lds is None:
+        return f"block {main.name} does not reduce a product of loads"
+    accs = [access_of(main, ld) for ld in lds]
+    walking = [a for a in accs if k in a.axes]
+    if len(walking) != 2:
+        return f"block {main.name} reduces a product of {len(walking)} loads indexed by {k}, not two"
+    for extra in (a for a in accs if k not in a.axes):
+        if not extra.plain or not any(set(extra.axes) <= set(w.axes) for w in walking):
+            return f"factor {extra.buffer}[{', '.join(str(x) for x in extra.axes)}] is not a broadcast of an operand"
+    return walking[0], walking[1]

@@ -1,0 +1,79 @@
+"""The GEMV rule on weight-only quantised matrix-vector products (decode-time linear layers).
+
+``y[m, n] = sum_k x[m, k] * (float(Wq[n, k]) * scale[n])`` with the dequantised weight written as stages of
+its own: the rule inlines them, so the int8 weight is read once, widened and scaled in registers, and never
+stored as floats.  Both weight layouts (inner: ``Wq[n, k]``, outer: ``Wq[k, n]``), a batch of one and of
+several rows, and a fused epilogue, each built, emulated against the reference and compile-checked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import schedlib as sl
+import schedlib.rules as rules
+from schedlib.ir.func import Func
+
+from .helpers import check_schedule
+
+
+def dequant_gemv(m: int = 1, n: int = 96, kk: int = 128, trans: bool = False, epilogue: bool = False,
+                 act: str = "float16") -> Func:
+    """``Wq`` is int8, stored n x k (``trans``: k x n); one float32 scale per output column."""
+    x = sl.placeholder((m, kk), act, "x")
+    Wq = sl.placeholder((kk, n) if trans else (n, kk), "int8", "Wq")
+    scale = sl.placeholder((n,), "float32", "scale")
+
+    def wq(j, c):
+        return Wq[c, j] if trans else Wq[j, c]
+
+    W = sl.compute((n, kk), lambda j, c: wq(j, c).astype("float32") * scale[j], "W")
+    k = sl.reduce_axis(kk, "k")
+    C = sl.compute((m, n), lambda i, j: sl.sum(x[i, k].astype("float32") * W[j, k], axis=k), "C")
+    out = [x, Wq, scale, C]
+    if epilogue:
+        b = sl.placeholder((n,), "float32", "bias")
+        D = sl.compute((m, n), lambda i, j: sl.maximum(C[i, j] + b[j], 0.0), "D")
+        out = [x, Wq, scale, b, D]
+    return sl.func(out, "dequant_gemv")
+
+
+CASES = {
+    "inner-m1": dict(m=1, n=96, kk=256),
+    "inner-m4-relu": dict(m=4, n=40, kk=128, epilogue=True),
+    "outer-m1": dict(m=1, n=128, kk=72, trans=True),
+    "outer-m3": dict(m=3, n=64, kk=50, trans=True, act="float32"),
+}
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_gemv_rule_takes_dequantised_weights(key: str, rng: np.random.Generator, toolchain: None) -> None:
+    kw = CASES[key]
+    func = dequant_gemv(**kw)
+    assert rules.find_rule(func, "h100").name == "gemv", rules.explain(func, "h100")
+    facts = rules.get_rule("gemv").analyze(func, sl.hw.load("h100"))
+    assert facts.prologue == ("W",) and facts.inner is not kw.get("trans", False)
+    sch = rules.apply_default(func, "h100")
+    assert "W" not in sch.blocks
+    kernel = check_schedule(func, sch, rng)
+    assert "Wq" in kernel.source and "float W[" not in kernel.source
+
+
+def test_matmul_rule_leaves_scaled_products_to_gemv() -> None:
+    """A large dequantised matmul is not a GEMV, and the matmul templates stage exactly two operands: the
+    matmul rule declines with the reason, and so does GEMV (no small axis)."""
+    func = dequant_gemv(m=64, n=64, kk=64)
+    assert "operands must be func inputs" in rules.get_rule("matmul").applies(func, "h100")
+    assert "no small axis" in rules.get_rule("gemv").applies(func, "h100")
+
+
+def test_gemv_declines_a_factor_that_is_no_broadcast() -> None:
+    """``x[m, k] * w[n, k] * t[m, n]``: the third factor indexes both sides, so it is not a scale of either."""
+    x = sl.placeholder((2, 64), "float32", "x")
+    w = sl.placeholder((48, 64), "float32", "w")
+    t = sl.placeholder((2, 48), "float32", "t")
+    k = sl.reduce_axis(64, "k")
+    C = sl.compute((2, 48), lambda i, j: sl.sum(x[i, k] * w[j, k] * t[i, j], axis=k), "C")
+    func = sl.func([x, w, t, C], "three")
+    assert rules.get_rule("gemv").applies(func, "h100") == "factor t[i, j] is not a broadcast of an operand"
