@@ -62,7 +62,27 @@ def bind_symbols(func: Func, inputs: Mapping[str, Any]) -> dict[str, int]:
             expect = evaluate_int(dim, env)
             if expect != size:
                 raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, expected {expect} ({dim})")
+    if env:
+        _check_reductions_nonempty(func, env)
     return env
+
+
+def _check_reductions_nonempty(func: Func, env: Mapping[str, int]) -> None:
+    """Refuse sizes that leave a reduction with outputs to write but nothing to reduce.
+
+    The max of nothing has no value, and a sum of nothing would need its init hoisted out of loops that
+    never run: the kernels initialise a reduction on its first step, so they would leave the output
+    unwritten.  An error names the axis instead of returning memory nobody wrote.
+    """
+    for block in func.blocks:
+        if block.reducer is None:
+            continue
+        extents = [(a, evaluate_int(a.extent, env)) for a in block.axes]
+        empty = [a for a, n in extents if a.kind == "R" and n <= 0]
+        if empty and all(n > 0 for a, n in extents if a.kind == "S"):
+            axis = empty[0]
+            raise ShapeError(f"{func.name}: block {block.name} reduces over axis {axis.name} of extent "
+                             f"{axis.extent} = 0 for these inputs; a reduction needs at least one element")
 
 
 def evaluate_int(e: Expr, env: Mapping[str, int]) -> int:

@@ -260,3 +260,20 @@ def test_bfloat16_inputs_may_be_float32_arrays() -> None:
     assert out.dtype == np.float32 and (out == 1.0).all()
     with pytest.raises(sl.ShapeError, match="expected bfloat16"):
         sl.run_reference(f, {"X": np.zeros((2, 3), np.float16)})
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_empty_reduction_with_outputs_is_a_shape_error(op: str) -> None:
+    """Rows to write but nothing to reduce: refused, naming the axis (the kernels would leave the rows
+    unwritten, and the max of nothing has no value)."""
+    f = sl.workloads.reduce(4, sl.var("K"), op)
+    with pytest.raises(sl.ShapeError, match="block R reduces over axis r of extent K = 0"):
+        sl.run_reference(f, {"X": np.zeros((4, 0), np.float32)})
+    assert sl.run_reference(f, {"X": np.ones((4, 1), np.float32)})["R"].tolist() == [1.0] * 4
+
+
+def test_empty_reduction_without_outputs_is_empty() -> None:
+    """No rows and nothing to reduce: an empty result, not an error."""
+    K = sl.var("K")
+    f = sl.workloads.reduce(sl.var("M"), K)
+    assert sl.run_reference(f, {"X": np.zeros((0, 0), np.float32)})["R"].shape == (0,)

@@ -171,3 +171,16 @@ def test_refused_outputs_and_threads_are_named(axpy: Kernel, monkeypatch: pytest
     install(monkeypatch)
     with pytest.raises(ShapeError, match=r"kernel axpy: output Z must be C-contiguous"):
         axpy.prepare(on_device(x), on_device(x), on_device(np.ones((64, 4), np.float32)).T)
+
+
+@needs_gxx
+def test_an_empty_reduction_is_refused_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows to write and nothing to reduce: refused before any launch, on the emulator and on the GPU path."""
+    kernel = _kernel(sl.workloads.reduce(4, sl.var("K")))
+    with pytest.raises(ShapeError, match="reduces over axis r of extent K = 0"):
+        kernel.run_cpu(np.zeros((4, 0), np.float32))
+    device: SimpleNamespace = install(monkeypatch)
+    with pytest.raises(ShapeError, match="reduces over axis r of extent K = 0"):
+        kernel(on_device(np.zeros((4, 0), np.float32)))
+    assert device.launches == []
+    np.testing.assert_array_equal(kernel.run_cpu(np.ones((4, 5), np.float32)), np.full(4, 5.0, np.float32))
