@@ -1,7 +1,8 @@
 """Built-in workloads.  Each returns a Func; any size may be an int or an ``sl.var``.
 
 Names of stages are stable (rules never rely on them, but traces and reports do):
-the reduction of a matmul/GEMV is ``C``, a fused epilogue or output cast is ``D``.
+the reduction of a matmul/GEMV is ``C``, a fused epilogue or output cast is ``D``, a quantised
+GEMV's dequantised weight is ``Wd``.
 """
 
 from __future__ import annotations
@@ -105,11 +106,15 @@ def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: st
 
 def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: bool = False,
          batch: ExprLike = 1, epilogue: str | None = None, accum_dtype: str | None = None,
-         out_dtype: str | None = None) -> Func:
+         out_dtype: str | None = None, weight_dtype: str | None = None) -> Func:
     """``y[b, n] = sum_k x[b, k] * W[n, k]`` (W is KxN when ``trans``: a reduction over the outer axis).
 
     The output dtype follows :func:`matmul`: ``dtype`` for float inputs, the int32 accumulator for integer ones
     (an int8 dot product overflows int8), unless ``out_dtype`` says otherwise.
+
+    ``weight_dtype`` (an integer type, with float activations) makes a weight-only quantised GEMV: ``W`` holds
+    integers and ``scale`` one accumulator-typed factor per output column, dequantised by a stage ``Wd``
+    (``Wd[n, k] = W[n, k] * scale[n]``) that the GEMV rule inlines, so only the integers cross memory.
     """
     N, K, batch = (_size("gemv", n, v) for n, v in (("N", N), ("K", K), ("batch", batch)))
     check_dtype(dtype)
@@ -117,15 +122,28 @@ def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: 
         raise IRError(f"gemv: epilogue={epilogue!r}; expected None, bias, relu, bias_relu or gelu")
     acc = _accum(dtype, accum_dtype)
     out = check_dtype(out_dtype, "out_dtype") if out_dtype else (dtype if is_float(dtype) else acc)
+    if weight_dtype is not None:
+        check_dtype(weight_dtype, "weight_dtype")
+        if is_float(weight_dtype) or not is_float(dtype):
+            raise IRError(f"gemv: weight_dtype={weight_dtype!r} with dtype={dtype!r}: a quantised weight is an "
+                          f"integer type (int8, uint8, ...) under float activations")
     X = te.placeholder((batch, K), dtype, "X")
-    W = te.placeholder((K, N) if trans else (N, K), dtype, "W")
+    W = te.placeholder((K, N) if trans else (N, K), weight_dtype or dtype, "W")
     k = te.reduce_axis(K, "k")
-    C = te.compute((batch, N), lambda b, n: te.sum(
-        X[b, k].astype(acc) * (W[k, n] if trans else W[n, k]).astype(acc), axis=k), "C")
+    quant: list[te.Tensor] = []
+    if weight_dtype is None:
+        C = te.compute((batch, N), lambda b, n: te.sum(
+            X[b, k].astype(acc) * (W[k, n] if trans else W[n, k]).astype(acc), axis=k), "C")
+    else:
+        scale = te.placeholder((N,), acc, "scale")
+        Wd = te.compute((N, K), lambda n, c: (W[c, n] if trans else W[n, c]).astype(acc) * scale[n], "Wd")
+        C = te.compute((batch, N), lambda b, n: te.sum(X[b, k].astype(acc) * Wd[n, k], axis=k), "C")
+        quant = [scale]
     # the bias is in the output dtype, as matmul's is
     extra = [te.placeholder((N,), out, "bias")] if epilogue in ("bias", "bias_relu") else []
+    name = ("gemv_t" if trans else "gemv") + ("_wq" if quant else "")
     if epilogue is None and out == acc:
-        return make_func([X, W, C], "gemv")
+        return make_func([X, W, *quant, C], name)
 
     def epi(b: Expr, n: Expr) -> Expr:
         x = C[b, n]
@@ -138,7 +156,7 @@ def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: 
         return x.astype(out)
 
     D = te.compute((batch, N), epi, "D")
-    return make_func([X, W, *extra, D], "gemv_t" if trans else "gemv")
+    return make_func([X, W, *quant, *extra, D], name)
 
 
 def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: int = -1,

@@ -21,26 +21,11 @@ def vendor_fn(spec: WorkloadSpec, inputs: Mapping[str, Any]) -> Callable[[], Any
         A, B = inputs["A"], inputs["B"]
         a = A.swapaxes(-1, -2) if p.get("trans_a") else A
         b = B.swapaxes(-1, -2) if p.get("trans_b") else B
-        epi = p.get("epilogue")
-
-        def mm() -> Any:
-            c = cp.matmul(a, b)
-            if epi in ("bias", "bias_relu"):
-                c = c + inputs["bias"]
-            if epi == "residual":
-                c = c + inputs["residual"]
-            if epi in ("relu", "bias_relu"):
-                c = cp.maximum(c, 0)
-            if epi == "gelu":
-                from cupyx.scipy.special import erf
-
-                c = 0.5 * c * (1 + erf(c / math.sqrt(2)))
-            return c
-        return mm
+        if A.dtype.kind in "iu":  # the workload accumulates in int32, where an int8 product would wrap
+            a, b = a.astype("int32"), b.astype("int32")
+        return lambda: _epilogue(cp, cp.matmul(a, b), p.get("epilogue"), inputs)
     if spec.kind == "gemv":
-        W = inputs["W"]
-        w = W if p.get("trans") else W.T
-        return lambda: cp.matmul(x, w)
+        return _gemv(cp, p, inputs)
     if spec.kind == "reduce":
         axis = 0 if p.get("axis") == 0 else 1
         op = p.get("op", "sum")
@@ -63,6 +48,42 @@ def vendor_fn(spec: WorkloadSpec, inputs: Mapping[str, Any]) -> Callable[[], Any
     if spec.kind == "elementwise":
         return lambda: _chain(cp, x, inputs.get("Y"), p.get("chain", ("add", "relu")), p.get("scale", 0.5))
     return None
+
+
+def _epilogue(cp: Any, c: Any, epi: str | None, inputs: Mapping[str, Any]) -> Any:
+    """The workloads' fused epilogues as separate cupy operations (what a user without fusion runs)."""
+    if epi in ("bias", "bias_relu"):
+        c = c + inputs["bias"]
+    if epi == "residual":
+        c = c + inputs["residual"]
+    if epi in ("relu", "bias_relu"):
+        c = cp.maximum(c, 0)
+    if epi == "gelu":
+        from cupyx.scipy.special import erf
+
+        c = 0.5 * c * (1 + erf(c / math.sqrt(2)))
+    return c
+
+
+def _gemv(cp: Any, p: Mapping[str, Any], inputs: Mapping[str, Any]) -> Callable[[], Any]:
+    """cuBLAS through ``cupy.matmul``: integer inputs widened to int32 first (an int8 product would wrap, and
+    the workload accumulates in int32); a quantised weight dequantised by cupy on every call (cuBLAS takes no
+    int8 weight under float activations), then multiplied in the activation dtype."""
+    x, W = inputs["X"], inputs["W"]
+    trans, quant = p.get("trans"), p.get("weight_dtype")
+    integer = x.dtype.kind in "iu"
+
+    def weight() -> Any:
+        if quant:
+            scale = inputs["scale"]
+            return (W * (scale[None, :] if trans else scale[:, None])).astype(x.dtype)
+        return W.astype("int32") if integer else W
+
+    def gemv() -> Any:
+        w = weight()
+        c = cp.matmul(x.astype("int32") if integer else x, w if trans else w.T)
+        return _epilogue(cp, c, p.get("epilogue"), inputs)
+    return gemv
 
 
 def _chain(cp: Any, x: Any, y: Any, chain: tuple[str, ...], scale: float) -> Any:

@@ -77,3 +77,26 @@ def test_gemv_declines_a_factor_that_is_no_broadcast() -> None:
     C = sl.compute((2, 48), lambda i, j: sl.sum(x[i, k] * w[j, k] * t[i, j], axis=k), "C")
     func = sl.func([x, w, t, C], "three")
     assert rules.get_rule("gemv").applies(func, "h100") == "factor t[i, j] is not a broadcast of an operand"
+
+
+@pytest.mark.parametrize("trans", [False, True], ids=["inner", "outer"])
+def test_the_built_in_quantised_gemv(trans: bool, rng: np.random.Generator, toolchain: None) -> None:
+    """``workloads.gemv(weight_dtype="int8")`` (also ``gemv:...,weight_dtype=int8`` in a spec string)."""
+    from schedlib.suites import parse_workload
+
+    func = parse_workload(f"gemv:N=80,K=192,batch=2,weight_dtype=int8,trans={trans},epilogue=bias").build()
+    assert func.name == ("gemv_t_wq" if trans else "gemv_wq")
+    assert list(func.inputs) == ["X", "W", "scale", "bias"] and func.buffer("W").dtype == "int8"
+    sch = rules.apply_default(func, "h100")
+    assert sch.rule == "gemv" and "Wd" not in sch.blocks
+    check_schedule(func, sch, rng)
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(weight_dtype="float16"), "weight_dtype='float16' with dtype='float16': a quantised weight is an integer"),
+    (dict(dtype="int8", weight_dtype="int8"), "weight_dtype='int8' with dtype='int8'"),
+    (dict(weight_dtype="int3"), "weight_dtype"),
+])
+def test_the_quantised_gemv_refuses_bad_dtypes(kw: dict, why: str) -> None:
+    with pytest.raises(sl.IRError, match=why.replace("(", r"\(")):
+        sl.workloads.gemv(64, 64, **kw)
