@@ -62,17 +62,22 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
     if k not in sa or k not in sb:
         return f"reduce axis {k} must index both operands"
     spatial = [a.name for a in main.axes if a.kind == "S"]
-    only_a = [s for s in spatial if s in sa and s not in sb]
-    only_b = [s for s in spatial if s in sb and s not in sa]
-    batch = tuple(s for s in spatial if s in sa and s in sb)
-    if len(only_a) != 1 or len(only_b) != 1 or len(batch) + 2 != len(spatial):
+    only_a = [s for s in acc_a.axes if s in spatial and s not in sb]
+    only_b = [s for s in acc_b.axes if s in spatial and s not in sa]
+    if not only_a or not only_b or len(set(only_a) | set(only_b) | (sa & sb)) != len(spatial) + 1:
         return f"spatial axes {spatial} do not split into batch, m (A only) and n (B only)"
+    # Axes of one operand besides its innermost one (a linear layer's batch and sequence over activations
+    # X[b, s, k] against a shared weight W[n, k]) are batch axes the other operand is broadcast over.
+    batch_set = (sa & sb) - {k} | set(only_a[:-1]) | set(only_b[:-1])
+    batch = tuple(s for s in spatial if s in batch_set)
+    if list(spatial[:len(batch)]) != list(batch):
+        return f"spatial axes {spatial}: the batch axes {list(batch)} must come first in the output"
     epi = epilogue_chain(func, main)
     if isinstance(epi, str):
         return epi
     extents = {a.name: a.extent for a in main.axes}
     in_bytes = BYTES[func.buffer(acc_a.buffer).dtype]
-    return MatmulFacts(main.name, batch, only_a[0], only_b[0], k, acc_a.buffer, acc_b.buffer, acc_a.axes[-1],
+    return MatmulFacts(main.name, batch, only_a[-1], only_b[-1], k, acc_a.buffer, acc_b.buffer, acc_a.axes[-1],
                        acc_b.axes[-1], tuple(b.name for b in epi), in_bytes, extents)
 
 

@@ -1,0 +1,97 @@
+"""Matmuls whose batch axes index only one operand: a linear layer over ``X[b, s, k]`` with one weight.
+
+The matmul rule treats the axes of an operand besides its innermost spatial one as batch axes that the other
+operand is broadcast over, in every template (SIMT, mma.sync, wgmma and its TMA-fed variants); the GEMV
+rule, for a short sequence, reads each weight element once for all of ``b x s`` activation rows while they
+stay few, and once per batch row past that.  Each case is built, emulated against the reference and
+compile-checked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import schedlib as sl
+import schedlib.rules as rules
+from schedlib.ir.func import Func
+
+from .helpers import check_schedule
+
+
+def linear(B: int = 2, S: int = 40, K: int = 64, N: int = 48, dtype: str = "float16", trans_w: bool = False) -> Func:
+    """``Y[b, s, n] = X[b, s, :] . W[n, :]`` (``W[:, n]`` when ``trans_w``), output in ``dtype``."""
+    X = sl.placeholder((B, S, K), dtype, "X")
+    W = sl.placeholder((K, N) if trans_w else (N, K), dtype, "W")
+    k = sl.reduce_axis(K, "k")
+    C = sl.compute((B, S, N), lambda b, i, j: sl.sum(
+        X[b, i, k].astype("float32") * (W[k, j] if trans_w else W[j, k]).astype("float32"), axis=k), "C")
+    if dtype == "float32":
+        return sl.func([X, W, C], "linear")
+    Y = sl.compute((B, S, N), lambda b, i, j: C[b, i, j].astype(dtype), "Y")
+    return sl.func([X, W, Y], "linear")
+
+
+TEMPLATES = [("float32", False), ("float16", False), ("float16", True), ("float16", "wgmma"),
+             ("float16", "wgmma_tma"), ("float16", "wgmma_ws")]
+
+
+@pytest.mark.parametrize("dtype, template", TEMPLATES, ids=[f"{d}-{t}" for d, t in TEMPLATES])
+@pytest.mark.parametrize("trans_w", [False, True], ids=["w-nk", "w-kn"])
+def test_every_matmul_template_takes_a_linear_layer(dtype: str, template: bool | str, trans_w: bool,
+                                                    rng: np.random.Generator, toolchain: None) -> None:
+    func = linear(dtype=dtype, trans_w=trans_w)
+    rule = rules.get_rule("matmul")
+    facts = rule.analyze(func, sl.hw.load("h100"))
+    assert (facts.batch, facts.m, facts.n) == (("b",), "i", "j")
+    config = rule.template_default(func, "h100", template)
+    check_schedule(func, rule.apply(func, "h100", config), rng, archs=("sm_90",))
+
+
+def test_the_weight_may_be_the_batched_side(rng: np.random.Generator, toolchain: None) -> None:
+    """``C[b, m, n] = A[m, :] . B[b, :, n]``: the first operand is the one broadcast."""
+    A = sl.placeholder((24, 32), "float32", "A")
+    B = sl.placeholder((3, 32, 40), "float32", "B")
+    k = sl.reduce_axis(32, "k")
+    C = sl.compute((3, 24, 40), lambda b, i, j: sl.sum(A[i, k] * B[b, k, j], axis=k), "C")
+    func = sl.func([A, B, C], "shared_a")
+    sch = rules.apply_default(func, "h100")
+    assert sch.rule == "matmul"
+    check_schedule(func, sch, rng, archs=("sm_90",))
+
+
+def test_two_batch_axes_over_one_weight(rng: np.random.Generator, toolchain: None) -> None:
+    """Heads and batch over one weight: the TMA-fed templates take one batch axis, so they are not chosen."""
+    X = sl.placeholder((2, 3, 24, 32), "float16", "X")
+    W = sl.placeholder((40, 32), "float16", "W")
+    k = sl.reduce_axis(32, "k")
+    C = sl.compute((2, 3, 24, 40), lambda b, h, i, j: sl.sum(
+        X[b, h, i, k].astype("float32") * W[j, k].astype("float32"), axis=k), "C")
+    func = sl.func([X, W, C], "heads")
+    sch = rules.apply_default(func, "h100")
+    assert sch.rule == "matmul" and sch.config["tensor_core"] not in ("wgmma_tma", "wgmma_ws")
+    check_schedule(func, sch, rng, archs=("sm_90",))
+
+
+def test_batch_axes_after_m_are_declined() -> None:
+    X = sl.placeholder((3, 24, 32), "float32", "X")
+    W = sl.placeholder((40, 32), "float32", "W")
+    k = sl.reduce_axis(32, "k")
+    C = sl.compute((24, 3, 40), lambda i, b, j: sl.sum(X[b, i, k] * W[j, k], axis=k), "C")
+    func = sl.func([X, W, C], "late_batch")
+    assert rules.get_rule("matmul").applies(func, "h100") == \
+        "spatial axes ['i', 'b', 'j']: the batch axes ['b'] must come first in the output"
+
+
+@pytest.mark.parametrize("B, S, trans_w, small", [(2, 3, False, ("b", "i")), (4, 1, True, ("b", "i")),
+                                                  (16, 1, False, ("i",))])
+def test_gemv_reads_the_weight_once_for_a_few_rows(B: int, S: int, trans_w: bool, small: tuple[str, ...],
+                                                   rng: np.random.Generator, toolchain: None) -> None:
+    """Up to 8 activation rows (b x s) are lanes of one pass over the weight; 16 rows of one token each are
+    16 passes (rows of the grid), still correct."""
+    func = linear(B, S, 96, 64, trans_w=trans_w)
+    facts = rules.get_rule("gemv").analyze(func, sl.hw.load("h100"))
+    assert facts.small == small and facts.inner is not trans_w
+    sch = rules.apply_default(func, "h100")
+    assert sch.rule == "gemv"
+    check_schedule(func, sch, rng, archs=("sm_90",))
