@@ -30,8 +30,6 @@ released), so at least two stages are required.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from schedlib.codegen.tma import WgmmaTmaWriter
 from schedlib.ir.func import Block, Func
 
@@ -115,12 +113,6 @@ class WgmmaProducerWarpWriter(WgmmaTmaWriter):
     def _epilogue_barrier(self, consumers: int, why: str | None = None) -> None:
         # the producer's copies are complete by now: every one of them fed a wgmma that has been waited for
         self.emit(f"sl_named_barrier<{TILE_BARRIER}, {consumers}>();  // {why or 'the output tile is staged'}")
-
-    def _epilogue_threads(self, threads: int, consumers: int) -> int:
-        return consumers
-
-    def _consumers_only(self, consumers: int, threads: int, body: Callable[[], None]) -> None:
-        body()  # inside their branch already
 
     def _end_roles(self) -> None:
         self.close()

@@ -29,7 +29,6 @@ the registers the warps' mma lanes would hold, so the epilogue is the mma path's
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from schedlib.codegen.cuda_expr import ctype, mangle
@@ -179,9 +178,9 @@ class WgmmaWriter(TensorCoreWriter):
         self._mainloop(ko)
         self.chunk = self._stage_chunk()
         if self.chunk:
-            self._staged_epilogue(threads, consumers)
+            self._staged_epilogue(consumers)
         else:
-            self._consumers_only(consumers, threads, self._epilogue)
+            self._epilogue()  # the accumulator warps' work (in the warp-specialized kernel, inside their branch)
         self._end_roles()
         return self._assemble_wgmma(threads, smem)
 
@@ -233,20 +232,8 @@ class WgmmaWriter(TensorCoreWriter):
         """A barrier among the threads that write the output tile out (the block, here)."""
         self.emit(f"__syncthreads();  // {why}" if why else "__syncthreads();")
 
-    def _epilogue_threads(self, threads: int, consumers: int) -> int:
-        """The threads that write the staged output tile out (the block, here)."""
-        return threads
-
     def _end_roles(self) -> None:
         """After the epilogue: where the roles split for good, the accumulator warps' branch closes here."""
-
-    def _consumers_only(self, consumers: int, threads: int, body: Callable[[], None]) -> None:
-        """``body`` for the accumulator warps only (all threads when there is no other warp)."""
-        if threads != consumers:
-            self.open(f"if (sl_tid < {consumers})")
-        body()
-        if threads != consumers:
-            self.close()
 
     # the ring's synchronisation: cp.async groups here, mbarrier phases in the TMA writer -----------
     def _ring_setup(self) -> None:
@@ -272,7 +259,7 @@ class WgmmaWriter(TensorCoreWriter):
             return None
         return chunk
 
-    def _staged_epilogue(self, threads: int, consumers: int) -> None:
+    def _staged_epilogue(self, consumers: int) -> None:
         p = self.plan
         _, out, target = self._writeback_parts()
         bm, bn, ch = p.tile[p.m], p.tile[p.n], self.chunk
@@ -280,14 +267,12 @@ class WgmmaWriter(TensorCoreWriter):
         om, on = self._origin(p.m), self._origin(p.n)
         self._epilogue_barrier(consumers, "every warpgroup's wgmmas are done: the ring now stages the output tile")
         if self.ragged(p.n):  # a pair may straddle the last column: element by element
-            self._consumers_only(consumers, threads, lambda: self._epilogue(
-                lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};"))
+            self._epilogue(lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};")
         else:
-            self._consumers_only(consumers, threads, lambda: self._paired_epilogue(
-                "sl_out_s", f"(sl_row - {om}) * {ld} + (sl_col - {on})"))
+            self._paired_epilogue("sl_out_s", f"(sl_row - {om}) * {ld} + (sl_col - {on})")
         self._epilogue_barrier(consumers)
         chunks, per_row = bm * bn // ch, bn // ch
-        writers = self._epilogue_threads(threads, consumers)
+        writers = consumers  # the accumulator warps write the staged tile out, as they staged it
         self.open_chunks(chunks, per_row, writers)
         self.emit(f"const int sl_row = {om} + sl_r, sl_col = {on} + sl_q * {ch};")
         guard = self.bounds_guard()
