@@ -83,8 +83,7 @@ class CrossThreadReduction:
         tags = sorted({lp.thread for lp in region if lp.thread in THREAD_TAGS})
         if len(tags) != 1:
             raise BuildError(f"block {block.name}: a cross-thread reduction must use one thread index, got {tags}")
-        if ctx.divergent:
-            raise BuildError(f"block {block.name}: cross-thread reduction inside a thread guard would deadlock")
+        ctx.refuse_barrier(f"block {block.name}: a cross-thread reduction", "its barriers")
         tag = tags[0]
         dtype = block.value.dtype
         acc = compute_type(dtype)

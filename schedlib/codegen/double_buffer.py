@@ -76,10 +76,8 @@ class DoubleBuffer:
 
     def _db_prologue(self, copies: list[Block], lp: Loop, ctx: Any) -> None:
         """Before loop ``lp``: its first iteration's tiles, into slot 0."""
-        if ctx.divergent:  # as for a single-buffered copy: its barriers would wait for threads that never come
-            raise BuildError(f"double-buffered copies {', '.join(b.name for b in copies)} share memory between "
-                             f"threads but sit inside a thread guard (a thread loop shorter than the launch); "
-                             "their barriers would deadlock")
+        ctx.refuse_barrier(f"double-buffered copies {', '.join(b.name for b in copies)} share memory between "
+                           "threads but sit", "their barriers")
         self.last_sync = False
         self._sync()
         for b in copies:

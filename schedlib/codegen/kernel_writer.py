@@ -49,6 +49,13 @@ class _Ctx:
     bound: dict[str, str] = field(default_factory=dict)  # tag -> loop name of the enclosing binding
     divergent: bool = False  # inside a thread guard: no barrier may be placed here
 
+    def refuse_barrier(self, what: str, barriers: str) -> None:
+        """Refuse ``what`` here when it needs a barrier of the whole block and this is inside a thread guard:
+        the threads the guard leaves out never arrive, so the barrier would wait for ever."""
+        if self.divergent:
+            raise BuildError(f"{what} inside a thread guard (a thread loop shorter than the launch); {barriers} "
+                             "would deadlock")
+
 
 class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
@@ -207,9 +214,8 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
 
     def _attached(self, block: Block, ctx: _Ctx) -> None:
         needs_sync = self._touches_memory_shared_by_threads(block)
-        if needs_sync and ctx.divergent:
-            raise BuildError(f"block {block.name} shares memory between threads but sits inside a thread "
-                             "guard (a thread loop shorter than the launch); a barrier there would deadlock")
+        if needs_sync:
+            ctx.refuse_barrier(f"block {block.name} shares memory between threads but sits", "a barrier there")
         if needs_sync:
             self._sync()
         self.chain(block, ctx)

@@ -120,8 +120,9 @@ def test_cross_thread_reduction_inside_a_thread_guard() -> None:
     _, wy, wx = s.split(s.get_loops(ws)[0], [None, 8, 32])
     s.bind(wy, "threadIdx.y")
     s.bind(wx, "threadIdx.x")
-    with pytest.raises(sl.BuildError, match=r"block T_sumsq: cross-thread reduction inside a thread guard would "
-                                            r"deadlock"):
+    why = (r"block T_sumsq: a cross-thread reduction inside a thread guard \(a thread loop shorter than the "
+           r"launch\); its barriers would deadlock")
+    with pytest.raises(sl.BuildError, match=why):
         sl.build(s, "sm_90")
     # The same schedule with 4 fetch rows (the hand-written one) builds.
     assert sl.build(schedule_rmsnorm(f), "sm_90").launch[0].block == (32, 4, 1)
