@@ -203,7 +203,7 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
         if not isinstance(x, Binary):
             return x
         if is_int(x.dtype) and x.op in ("+", "-", "*"):
-            terms, c = to_affine(x)
+            terms, c = _fold_divmod(*to_affine(x))
             return from_affine(terms, c, x.dtype)
         if is_int(x.dtype) and x.op in ("//", "%") and isinstance(x.b, Const) and int(x.b.value) > 0:
             return _simplify_divmod(x, int(x.b.value), rng)
@@ -229,6 +229,25 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
         return x
 
     return go(e)
+
+
+def _fold_divmod(terms: dict[Expr, int], c: int) -> Affine:
+    """``k * c * (a // c) + k * (a % c)`` -> ``k * a``: a fused loop's index taken apart and put back together
+    (the flat address of ``X[f // 37, f % 37]``) is the fused index again.  Exact for any sign under floor
+    and under truncating division alike, since both keep ``a == (a // c) * c + a % c``."""
+    for atom, k in list(terms.items()):
+        if not (isinstance(atom, Binary) and atom.op == "%" and isinstance(atom.b, Const)):
+            continue
+        div = Binary("//", atom.a, atom.b, atom.dtype)
+        if atom not in terms or terms.get(div) != k * int(atom.b.value):
+            continue
+        del terms[atom], terms[div]
+        inner, ci = to_affine(atom.a)
+        for a, ka in inner.items():
+            terms[a] = terms.get(a, 0) + k * ka
+        terms = {a: v for a, v in terms.items() if v != 0}
+        c += k * ci
+    return terms, c
 
 
 def _simplify_divmod(x: Binary, c: int, rng: Ranges) -> Expr:

@@ -50,3 +50,18 @@ def test_random_affine_divisions_keep_their_value() -> None:
         simple = simplify(expr, ranges)
         for p in _points(ranges):
             assert evaluate_int(simple, p) == evaluate_int(expr, p), (expr, simple, p)
+
+
+def test_a_fused_index_taken_apart_and_put_back_is_the_index() -> None:
+    """``(f // c) * c + f % c`` (a row-major address of ``X[f // c, f % c]``) folds to ``f``, scaled terms too,
+    for any sign; a mismatched pair stays as it is."""
+    x, y = var("x"), var("y")
+    f = x * 64 + y
+    flat = simplify(binary("//", f, Const(37)) * 37 + binary("%", f, Const(37)), {})
+    assert flat == simplify(f, {})
+    scaled = simplify(binary("//", f, Const(10)) * 30 + binary("%", f, Const(10)) * 3 + 5, {})
+    assert scaled == simplify(f * 3 + 5, {})
+    kept = binary("//", f, Const(10)) * 20 + binary("%", f, Const(10))
+    assert free_vars(simplify(kept, {})) == {"x", "y"} and "%" in str(simplify(kept, {}))
+    for p in _points({"x": (-3, 3), "y": (-70, 70)}):
+        assert evaluate_int(simplify(kept, {}), p) == evaluate_int(kept, p)

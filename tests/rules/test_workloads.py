@@ -34,6 +34,7 @@ class Case:
     rule: str
     sizes: tuple[Mapping[str, int], ...] = ({},)
     marks: tuple = ()
+    spill_bytes: int = 0  # what ptxas may spill (each way) in the default's kernel
 
 
 def mm(*args, **kw) -> Callable[[], Func]:
@@ -58,7 +59,9 @@ MATMUL = [
     Case("batch2-trans_b-residual", mm(24, 19, 40, batch=2, trans_b=True, epilogue="residual"), "matmul"),
     # half types (bf16 arrays are float32 holding bf16-rounded values)
     Case("fp16-bias_relu-trans_b", mm(48, 64, 24, dtype="float16", trans_b=True, epilogue="bias_relu"), "matmul"),
-    Case("bf16", mm(40, 56, 33, dtype="bfloat16"), "matmul"),
+    # ptxas 13.0 keeps this kernel at 40 registers on sm_90 and spills one 64-bit pointer around the register
+    # prefetch (one STL.64 / LDL.LU.64 pair in the SASS); sm_80 spills nothing
+    Case("bf16", mm(40, 56, 33, dtype="bfloat16"), "matmul", spill_bytes=8),
     Case("bf16-gelu-trans_a", mm(56, 40, 72, dtype="bfloat16", trans_a=True, epilogue="gelu"), "matmul"),
     # sizes: 1, 7, 127, 1000, the smallest m/n the matmul rule keeps (9)
     Case("127x9x1000", mm(127, 9, 1000), "matmul"),
@@ -182,7 +185,7 @@ def test_default_rule_end_to_end(case: Case, rng: np.random.Generator, toolchain
     profile = sl.hw.load("h100")
     assert sch.config == rule.default_config(func, profile)
     assert rule.space(func, profile).reason(sch.config) is None, "the default config is not a legal point"
-    check_schedule(func, sch, rng, sizes=_sizes(func, case))
+    check_schedule(func, sch, rng, sizes=_sizes(func, case), spills_allowed=case.spill_bytes)
 
 
 FALLBACK = [
