@@ -175,6 +175,8 @@ class _Runner:
         out = self.buffers[block.store]
         dtype = self.func.buffer(block.store).dtype
         idx = tuple(np.broadcast_to(np.asarray(ev.eval(i), dtype=np.int64), (count,)) for i in block.store_indices)
+        if out.ndim == 0:  # a single value: written through a one-element view, so every point has an index
+            out, idx = out.reshape(1), (np.zeros(count, dtype=np.int64),)
         ev.check_bounds(block.store, idx, out.shape, "writes")
         value = np.broadcast_to(np.asarray(ev.eval(block.value)), (count,))
         if block.reducer is None:

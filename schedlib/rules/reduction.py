@@ -6,7 +6,8 @@ Element-wise stages before the reduction are inlined into it (:func:`~schedlib.r
 
 Row-per-block (many threads per row) and row-per-warp (32 threads per row, several rows per block) are two
 points of the same knob space (``threads_k`` = 32 with ``rows_per_block`` > 1 is row-per-warp); the
-default picks by row length.  Reductions over the first axis use the ``outer`` layout.
+default picks by row length.  Reductions over the first axis use the ``outer`` layout.  ``blocks_per_row`` > 1
+reduces each row in two stages (:mod:`schedlib.rules.two_stage`): a reduction to one value, or a few long rows.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from schedlib.hw import HardwareProfile
 from schedlib.ir.dtype import BYTES
+from schedlib.ir.expr import as_int
 from schedlib.ir.func import Block, Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import (
@@ -33,6 +35,13 @@ from schedlib.rules.cross_thread import (
     outer_tiling,
     schedule_cross_thread,
 )
+from schedlib.rules.two_stage import (
+    MAX_PARTIALS,
+    rows_count,
+    schedule_two_stage,
+    split_default,
+    two_stage_tiling,
+)
 
 WARP_ROW_LIMIT = 256  # rows up to this many elements get one warp each
 
@@ -46,13 +55,15 @@ def analyze_reduction(func: Func) -> ReductionFacts | str:
         return inlined
     view, prologue = inlined
     main = view.block(reductions[0].name)
-    if "S" not in main.kinds or not stores_plainly(main):
-        return f"block {main.name} ({main.kinds}) must keep spatial axes and store at them"
+    if not stores_plainly(main):
+        return f"block {main.name} ({main.kinds}) must store at its spatial axes"
     index = walked_index(view, main)
     if isinstance(index, str):
         return index
-    r_axes = tuple(a.name for a in main.axes if a.kind == "R")
+    r_axes = tuple(a for a in index if main.axis(a).kind == "R")  # in the order the operands walk them
     s_axes = tuple(a.name for a in main.axes if a.kind == "S")
+    if not s_axes and index[-1] not in r_axes:
+        return f"block {main.name} reduces to one value but its operands are not walked contiguously"
     epi = epilogue_chain(view, main)
     if isinstance(epi, str):
         return epi
@@ -79,7 +90,9 @@ def walked_index(func: Func, main: Block) -> tuple[str, ...] | str:
     computed = sorted({a.buffer for a in accs if a.buffer not in func.inputs})
     if computed:
         return f"{computed[0]} is computed; inline its producer first"
-    every = {a.name for a in main.axes}
+    read = {ax for a in accs for ax in a.axes}
+    # a kept axis of extent 1 (``sum(x)`` stored as shape (1,)) need not be read: it has a single value
+    every = {a.name for a in main.axes if a.name in read or a.kind == "R" or as_int(a.extent) != 1}
     full = sorted({a.axes for a in accs if set(a.axes) == every})
     if not full:
         return f"block {main.name} reads no operand at all of its axes {sorted(every)}"
@@ -113,11 +126,17 @@ class ReductionRule(Rule):
         if facts.inner:
             knobs = (Knob("rows_per_block", (1, 2, 4, 8), "rows per thread block (threadIdx.y)"),
                      Knob("threads_k", pow2_range(32, 1024), "threads per row (32: one warp per row)"),
-                     Knob("vector", (1, 2, 4), "consecutive elements per thread per step"))
+                     Knob("vector", (1, 2, 4), "consecutive elements per thread per step"),
+                     Knob("blocks_per_row", pow2_range(1, MAX_PARTIALS),
+                          "blocks sharing a row (> 1: partial results, then a second kernel combines them)"))
 
             def check(c: Config) -> str | None:
                 t = c["rows_per_block"] * c["threads_k"]
-                return None if t <= limit else f"{t} threads exceed {limit}"
+                if t > limit:
+                    return f"{t} threads exceed {limit}"
+                if c["blocks_per_row"] > 1 and c["rows_per_block"] > 1:
+                    return "a row split over blocks takes the whole block (rows_per_block 1)"
+                return None
         else:
             return outer_space(self.name, target)
         return Space(self.name, knobs, check)
@@ -128,10 +147,13 @@ class ReductionRule(Rule):
         vector = max(1, min(4, 16 // facts.in_bytes))
         if not facts.inner:
             return outer_default()
-        if length <= WARP_ROW_LIMIT:  # row per warp
-            return {"rows_per_block": 8, "threads_k": 32, "vector": 1 if length < 128 else vector}
+        if length <= WARP_ROW_LIMIT:  # row per warp (a single short row: one warp)
+            rows = 8 if facts.rows else 1
+            return {"rows_per_block": rows, "threads_k": 32, "vector": 1 if length < 128 else vector,
+                    "blocks_per_row": 1}
         threads = max(32, min(512, ceil_pow2(-(-length // (vector * 4)))))
-        return {"rows_per_block": 1, "threads_k": threads, "vector": vector}
+        split = split_default(rows_count(func, facts), length, threads, vector, target.sm_count)
+        return {"rows_per_block": 1, "threads_k": threads, "vector": vector, "blocks_per_row": split}
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
         facts = self._facts(func)
@@ -139,10 +161,14 @@ class ReductionRule(Rule):
         tile = {a.name: (1 if a.kind == "S" else const_or(a.extent, 4096)) for a in blk.axes}
         if not facts.inner:
             return outer_tiling(func, facts, config, tile)
+        if config["blocks_per_row"] > 1 or not facts.rows:
+            return two_stage_tiling(func, facts, config)
         tile[facts.rows[-1]] = config["rows_per_block"]
         threads, step = config["rows_per_block"] * config["threads_k"], config["threads_k"] * config["vector"]
         return Tiling(facts.main, tile, {facts.rows[-1]: 1}, {facts.reduce[-1]: step}, threads, 4 * threads,
                       32 + 2 * config["vector"], config["vector"])
 
     def schedule(self, func: Func, facts: ReductionFacts, config: Config, target: HardwareProfile) -> Schedule:
+        if facts.inner and config["blocks_per_row"] > 1:
+            return schedule_two_stage(func, facts, config)
         return schedule_cross_thread(func, facts, config)

@@ -277,3 +277,14 @@ def test_empty_reduction_without_outputs_is_empty() -> None:
     K = sl.var("K")
     f = sl.workloads.reduce(sl.var("M"), K)
     assert sl.run_reference(f, {"X": np.zeros((0, 0), np.float32)})["R"].shape == (0,)
+
+
+def test_a_single_value_output_is_reduced_and_written() -> None:
+    """0-d outputs: a reduction of everything and an element-wise stage after it."""
+    X = sl.placeholder((5, 7), "float32", "X")
+    i, j = sl.reduce_axis(5, "i"), sl.reduce_axis(7, "j")
+    S = sl.compute((), lambda: sl.max(X[i, j], axis=[i, j]), "S")
+    T = sl.compute((), lambda: S[()] * 2.0, "T")
+    x = np.arange(35, dtype=np.float32).reshape(5, 7)
+    out = sl.run_reference(sl.func([X, T]), {"X": x})["T"]
+    assert out.shape == () and float(out) == 68.0

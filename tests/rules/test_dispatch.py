@@ -244,7 +244,7 @@ MM = {"split_k": 1, "stages": 1, "tensor_core": False, "raster": 1}
      "4096 threads exceed 1024"),
     ("gemv", lambda: wl.gemv(256, 256, trans=True), {"threads_n": 256, "vector": 1, "threads_k": 16, "unroll": 1},
      "4096 threads exceed 1024"),
-    ("reduction", lambda: wl.reduce(64, 64), {"rows_per_block": 8, "threads_k": 1024, "vector": 1},
+    ("reduction", lambda: wl.reduce(64, 64), {"rows_per_block": 8, "threads_k": 1024, "vector": 1, "blocks_per_row": 1},
      "8192 threads exceed 1024"),
     ("reduction", lambda: wl.reduce(64, 64, axis=0), {"threads_n": 256, "vector": 1, "threads_k": 8, "unroll": 2},
      "2048 threads exceed 1024"),

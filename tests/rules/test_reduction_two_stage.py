@@ -1,0 +1,100 @@
+"""Two-stage reductions (``blocks_per_row`` > 1): a whole tensor to one value, and a few long rows.
+
+Each is built, emulated against the reference and compile-checked: a first kernel of partial results (one
+per block) and a second that combines them.  The default splits only where one block per row would leave
+SMs idle and the rows are long; the carver ranks split configs ahead of one block per row there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import schedlib as sl
+import schedlib.rules as rules
+from schedlib import carver
+from schedlib.ir.func import Func
+
+from .helpers import check_schedule
+
+
+def total(n: int | sl.Expr = 70_003, dtype: str = "float32") -> Func:
+    """``S = sum(X)`` over a vector, stored as a 0-d value."""
+    X = sl.placeholder((n,), dtype, "X")
+    i = sl.reduce_axis(n, "i")
+    S = sl.compute((), lambda: sl.sum(X[i].astype("float32"), axis=i), "S")
+    return sl.func([X, S], "total")
+
+
+def table_mean(rows: int = 300, cols: int = 257) -> Func:
+    """``M = sum(X) / size`` over a matrix into shape (1,): two reduce axes, a kept axis of extent 1, and an
+    epilogue."""
+    X = sl.placeholder((rows, cols), "float32", "X")
+    i, j = sl.reduce_axis(rows, "i"), sl.reduce_axis(cols, "j")
+    S = sl.compute((1,), lambda z: sl.sum(X[i, j], axis=[i, j]), "S")
+    M = sl.compute((1,), lambda z: S[z] * (1.0 / (rows * cols)), "M")
+    return sl.func([X, M], "table_mean")
+
+
+def scaled_total(n: int = 50_000) -> Func:
+    """``T = 0.5 * sum(X)`` as a 0-d value: a reduction to one value, then an element-wise stage."""
+    X = sl.placeholder((n,), "float32", "X")
+    i = sl.reduce_axis(n, "i")
+    S = sl.compute((), lambda: sl.sum(X[i], axis=i), "S")
+    T = sl.compute((), lambda: S[()] * 0.5, "T")
+    return sl.func([X, T], "scaled_total")
+
+
+CASES = {
+    # id: (make, config overrides, kernels launched)
+    "total-default": (lambda: total(1 << 20), {}, 2),
+    "total-ragged": (total, {"blocks_per_row": 16, "threads_k": 128}, 2),
+    "total-fp16": (lambda: total(40_001, "float16"), {"blocks_per_row": 8, "threads_k": 64, "vector": 4}, 2),
+    # the kept axis of extent 1 is the second stage's row loop: the epilogue is folded into its store
+    "mean-two-axes": (table_mean, {"blocks_per_row": 32, "threads_k": 256}, 2),
+    # a 0-d result has no row loop: the epilogue runs as a kernel of its own
+    "scaled-total": (lambda: scaled_total(), {"blocks_per_row": 16, "threads_k": 64}, 3),
+    "few-long-rows": (lambda: sl.workloads.reduce(3, 200_000, "max"), {}, 2),
+    "rows-sumsq-epilogue": (lambda: sl.workloads.reduce(5, 30_000, "mean"), {"blocks_per_row": 4,
+                                                                              "threads_k": 128}, 2),
+}
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_two_stage_reductions_match(key: str, rng: np.random.Generator, toolchain: None) -> None:
+    make, overrides, kernels = CASES[key]
+    func = make()
+    rule = rules.get_rule("reduction")
+    assert rules.find_rule(func, "h100") is rule
+    config = {**rule.default_config(func, "h100"), **overrides}
+    assert config["blocks_per_row"] > 1, config
+    kernel = check_schedule(func, rule.apply(func, "h100", config), rng, archs=("sm_90",))
+    assert len(kernel.launch) == kernels, [spec.name for spec in kernel.launch]
+
+
+def test_a_symbolic_length_splits_at_any_size(rng: np.random.Generator, toolchain: None) -> None:
+    """Blocks with no whole step (n = 1, n = 1000) contribute the identity; a long n walks many steps."""
+    func = total(sl.var("n"))
+    rule = rules.get_rule("reduction")
+    config = {"rows_per_block": 1, "threads_k": 64, "vector": 4, "blocks_per_row": 8}
+    check_schedule(func, rule.apply(func, "h100", config), rng, sizes=({"n": 1}, {"n": 1000}, {"n": 9_000}),
+                   archs=("sm_90",))
+
+
+def test_the_default_splits_only_few_long_rows() -> None:
+    rule = rules.get_rule("reduction")
+    profile = sl.hw.load("h100")
+    assert rule.default_config(total(1 << 22), profile)["blocks_per_row"] >= profile.sm_count
+    assert rule.default_config(sl.workloads.reduce(4, 1 << 20), profile)["blocks_per_row"] > 1
+    assert rule.default_config(sl.workloads.reduce(4096, 4096), profile)["blocks_per_row"] == 1  # rows fill it
+    assert rule.default_config(total(5000), profile)["blocks_per_row"] == 1  # too short to be worth a second kernel
+    assert "rows_per_block 1" in rule.space(total(), profile).reason(
+        {"rows_per_block": 2, "threads_k": 64, "vector": 4, "blocks_per_row": 4})
+
+
+def test_the_carver_ranks_splitting_first_for_a_whole_tensor() -> None:
+    ranked = carver.carve(total(1 << 24), "h100", 5)
+    assert all(c["blocks_per_row"] > 1 for c in ranked["config"]), ranked["config"].tolist()
+    one_block = carver.estimate(total(1 << 24), "h100", {"rows_per_block": 1, "threads_k": 512, "vector": 4,
+                                                         "blocks_per_row": 1}, rule="reduction")
+    assert float(one_block["est_time_us"]) > 10 * float(ranked["est_time_us"].iloc[0])
