@@ -50,9 +50,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from script_args import Parser, positive_float, positive_int, writable_dir
+from script_args import Parser, positive_float, writable_dir
 
 import schedlib as sl
+from schedlib.cli_args import positive
 from schedlib.report import compare, markdown_table
 from schedlib.report.writers import flat_configs
 from schedlib.rules.matmul import TEMPLATE_VALUES
@@ -268,8 +269,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = Parser(prog="gpu_suite.py", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "gpu-suite-out"),
                     help="folder for gpu_suite.csv, gpu_suite.md and parts/ (default: $OUT, else gpu-suite-out)")
-    ap.add_argument("--trials", type=positive_int, default=8, help="search trials per workload (default 8)")
-    ap.add_argument("--topk", type=positive_int, default=4, help="carver configs timed per workload (default 4)")
+    ap.add_argument("--trials", type=positive, default=8, help="search trials per workload (default 8)")
+    ap.add_argument("--topk", type=positive, default=4, help="carver configs timed per workload (default 4)")
     ap.add_argument("--only", nargs="+", metavar="LABEL", help=f"the workloads to run, of {', '.join(labels)}")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: estimates only, to test the script")
     ap.add_argument("--budget", type=positive_float, default=560.0,

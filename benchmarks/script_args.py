@@ -34,16 +34,12 @@ def _number(kind: Callable[[str], float], name: str) -> Callable[[str], float]:
     return parse
 
 
-positive_int = _number(int, "an integer")
 positive_float = _number(float, "a number")
 
 
 def writable_dir(ap: argparse.ArgumentParser, path: str | Path, option: str = "--out") -> Path:
     """Create ``path`` and prove it writable, or stop with a one-line error naming ``option``."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():  # mkdir would say "File exists", which reads as no problem
-        ap.error(f"{option} {out}: is a file, not a folder")
     try:
-        return prepare_out_dir(out)
+        return prepare_out_dir(path)
     except SchedlibError as exc:
         ap.error(f"{option}: {exc}")

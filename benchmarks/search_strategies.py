@@ -43,10 +43,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from script_args import Parser, positive_int
+from script_args import Parser
 
 import schedlib as sl
 import schedlib.search as S
+from schedlib.cli_args import positive
 from schedlib.hw import resolve
 from schedlib.rules import find_rule
 
@@ -197,9 +198,9 @@ def _mean(values: list[int | None], budget: int) -> tuple[str, float]:
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     """The options and the strategies, checked here: a bad name would fail in a pool worker, as a traceback."""
     ap = Parser(prog="search_strategies.py", description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=positive_int, default=8, help="runs per strategy and space (default 8)")
-    ap.add_argument("--budget", type=positive_int, default=300, help="trials per run at most (default 300)")
-    ap.add_argument("--jobs", type=positive_int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--seeds", type=positive, default=8, help="runs per strategy and space (default 8)")
+    ap.add_argument("--budget", type=positive, default=300, help="trials per run at most (default 300)")
+    ap.add_argument("--jobs", type=positive, default=2, help="worker processes (default 2)")
     ap.add_argument("--remake", action="store_true", help="rewrite the recorded spaces")
     ap.add_argument("--strategies", default=",".join(STRATEGIES),
                     help=f"comma-separated, of {', '.join(STRATEGIES)} (default: all)")

@@ -95,6 +95,8 @@ def flat_configs(df: pd.DataFrame) -> pd.DataFrame:
 def prepare_out_dir(out_dir: str | Path) -> Path:
     """Create ``out_dir`` and prove it writable; called before long work, so a bad ``--out`` fails first."""
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():  # mkdir would say "File exists", which reads as no problem
+        raise SchedlibError(f"cannot write the report to {out}: it is a file, not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"

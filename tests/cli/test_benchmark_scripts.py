@@ -24,7 +24,7 @@ def _load(name: str) -> ModuleType:
 @pytest.mark.parametrize(("args", "message"), [
     (["--strategies", "foo"], "--strategies: unknown strategy(s) foo; choose from random, grid, tpe"),
     (["--strategies", ","], "--strategies: unknown strategy(s) (none given)"),
-    (["--jobs", "0"], "argument --jobs: 0 must be above 0"),
+    (["--jobs", "0"], "argument --jobs: 0 must be at least 1"),
 ])
 def test_search_strategies_refuses_bad_options_before_the_pool(args: list[str], message: str) -> None:
     """Before: a misspelt strategy failed inside a pool worker, as a traceback."""

@@ -220,15 +220,15 @@ def test_unknown_templates_to_turn_off_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--only", "row_sum", "gemv_fp16"], "--only: unknown workload(s) row_sum, gemv_fp16; the suite has "
                                          "gemv_fp16_inner, gemv_fp16_outer, "),
-    (["--trials", "0"], "argument --trials: 0 must be above 0"),
-    (["--topk", "0"], "argument --topk: 0 must be above 0"),
+    (["--trials", "0"], "argument --trials: 0 must be at least 1"),
+    (["--topk", "0"], "argument --topk: 0 must be at least 1"),
     (["--topk", "x"], "argument --topk: 'x' is not an integer"),
     (["--budget", "-5"], "argument --budget: -5 must be above 0"),
     (["--budget", "nan"], "argument --budget: nan must be above 0"),
     (["--budget", "700"], "--budget 700: at most 590 s, since one device call is cut at 600 s"),
     (["--workload-timeout", "0"], "argument --workload-timeout: 0 must be above 0"),
     (["--only"], "argument --only: expected at least one argument"),
-    (["--out", "FILE"], "--out FILE: is a file, not a folder"),
+    (["--out", "FILE"], "--out: cannot write the report to FILE: it is a file, not a folder"),
     (["--out", "FILE/sub"], "--out: cannot write the report to FILE/sub: Not a directory"),
 ])
 def test_bad_options_are_one_line_before_any_work(tmp_path: Path, args: list[str], message: str,

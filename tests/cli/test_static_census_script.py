@@ -67,7 +67,7 @@ def test_the_main_loop_column_reads_the_sass(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--target", "nope"], "--target: unknown hardware profile 'nope'"),
-    (["--out", "FILE", "--no-banks"], "--out FILE: is a file, not a folder"),
+    (["--out", "FILE", "--no-banks"], "--out: cannot write the report to FILE: it is a file, not a folder"),
 ])
 def test_a_bad_target_or_out_is_one_line_before_any_compile(tmp_path: Path, args: list[str], message: str) -> None:
     afile = tmp_path / "afile"
