@@ -48,13 +48,16 @@ def alignment_issue(problem: Problem, geo: Geometry, tiling: Tiling, profile: Ha
     """Why this tiling is not aligned to the hardware (None when it is).
 
     ``minor`` accesses carry too little of the traffic for their sector use to matter (a GEMV's
-    output next to its weight matrix) and are not held to the sector rule.
+    output next to its weight matrix) and are not held to the sector rule, nor to the vector width.
     """
     ws = profile.warp_size
     if tiling.threads % ws:
         return f"{tiling.threads} threads is not a whole number of {ws}-thread warps"
     sector = profile.transaction_bytes.global_sector
-    operand = max((a.nbytes for a in problem.loads), default=4)
+    # the element the vector widens: that of the loads carrying the traffic (a per-row fp32 scale beside an
+    # int8 weight is loaded once per row, not in vectors)
+    major = [a for a in problem.loads if a not in minor] or list(problem.loads)
+    operand = max((a.nbytes for a in major), default=4)
     vec_bytes = tiling.vector * operand
     if vec_bytes > 16 or vec_bytes & (vec_bytes - 1):
         return f"vector of {tiling.vector} x {operand} bytes is not a 1/2/4/8/16-byte access"

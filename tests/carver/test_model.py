@@ -291,3 +291,14 @@ def test_one_config_on_a_bigger_problem_is_never_faster(small: tuple, big: tuple
         checked += 1
         assert b["est_time_us"] >= a["est_time_us"] * 0.999, (config, a["est_time_us"], b["est_time_us"])
     assert checked > 50
+
+
+def test_the_vector_width_is_that_of_the_loads_carrying_the_traffic() -> None:
+    """An int8-weight GEMV's fp32 per-row scale is not loaded in vectors: 8 int8/fp16 elements per thread are a
+    16-byte access, not 8 x 4 bytes; the scale's share of the traffic is what makes it minor."""
+    f = sl.workloads.gemv(14336, 4096, "float16", weight_dtype="int8")
+    e = sl.carver.estimate(f, "h100", {"rows_per_block": 1, "threads_k": 256, "vector": 8}, rule="gemv")
+    assert e["aligned"], e["alignment"]
+    assert "not a 1/2/4/8/16-byte access" in sl.carver.estimate(
+        sl.workloads.gemv(14336, 4096, "float32"), "h100", {"rows_per_block": 1, "threads_k": 256, "vector": 8},
+        rule="gemv")["alignment"]
