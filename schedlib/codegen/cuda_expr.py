@@ -86,9 +86,13 @@ def literal(value: float | int | bool, dtype: str) -> str:
         if "e" not in text and "." not in text:
             text += ".0"
         return f"{text}f"
+    # The most negative value is written as a difference: C reads "-2147483648" as minus a long, so that
+    # max(x, -2147483648) has no single overload (and -9223372036854775808LL does not fit its own type).
     if dtype == "int64":
-        return f"{int(value)}LL"
-    return str(int(value))
+        v = int(value)
+        return "(-9223372036854775807LL - 1)" if v == -(2**63) else f"{v}LL"
+    v = int(value)
+    return "(-2147483647 - 1)" if dtype == "int32" and v == -(2**31) else str(v)
 
 
 _INFIX = {"+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "and", "or"}

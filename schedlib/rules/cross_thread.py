@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from schedlib.ir.expr import as_int
 from schedlib.ir.func import MAX_LANES, Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import const_or
@@ -48,10 +49,37 @@ class ReductionFacts:
     prologue: tuple[str, ...] = ()  # element-wise stages before ``main``, inlined first, in this order
 
 
-def _fused(s: Schedule, loops: list[str]) -> str | None:
+def fused_loops(s: Schedule, loops: list[str]) -> str | None:
+    """``loops`` fused in the order given (reordered into it first: a reduction over ``axis=[j, i]`` walks
+    ``X[i, j]`` as i, j)."""
     if not loops:
         return None
-    return s.fuse(*loops) if len(loops) > 1 else loops[0]
+    if len(loops) == 1:
+        return loops[0]
+    s.reorder(*loops)
+    return s.fuse(*loops)
+
+
+def row_grid(s: Schedule, func: Func, facts: ReductionFacts, row_loops: list[str]) -> tuple[list[str], list[str]]:
+    """(row loops for blockIdx.z and .y, outermost first; the row loops left to fuse for blockIdx.x).
+
+    Rows of several axes are fused into one grid dimension, except where a size is symbolic: the // and % of a
+    fused symbolic index hide from the write-back's region which output a thread holds, so its register
+    buffer would have a symbolic size.  There the last axis alone is fused into blockIdx.x and the others get
+    blockIdx.y and .z (three or more fused into z: one fixed value per block, which the region sees)."""
+    blk = func.block(facts.main)
+    if len(row_loops) < 2 or all(as_int(blk.axis(a).extent) is not None for a in facts.rows):
+        return [], row_loops
+    outer = row_loops[:-1]
+    if len(outer) > 2:
+        outer = [fused_loops(s, outer[:-1]) or outer[0], outer[-1]]
+    return outer, row_loops[-1:]
+
+
+def bind_row_grid(s: Schedule, loops: list[str]) -> None:
+    """Bind ``row_grid``'s outer row loops: the innermost to blockIdx.y, the one outside it to blockIdx.z."""
+    for loop, tag in zip(reversed(loops), ("blockIdx.y", "blockIdx.z")):
+        s.bind(loop, tag)
 
 
 def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> Schedule:
@@ -60,12 +88,13 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
         s.compute_inline(block)
     C = facts.main
     by_axis = dict(zip([a.name for a in func.block(C).axes], s.get_loops(C)))
-    k = _fused(s, [by_axis[a] for a in facts.reduce])
+    k = fused_loops(s, [by_axis[a] for a in facts.reduce])
     small = [by_axis[a] for a in facts.small]
     row_loops = [by_axis[a] for a in facts.rows]
     if len(row_loops) > 1 and small:  # a batched matmul's small m sits between batch and n: move it inside
         s.reorder(*row_loops, *small)
-    rows = _fused(s, row_loops)
+    grid_yz, row_loops = row_grid(s, func, facts, row_loops)
+    rows = fused_loops(s, row_loops)
     vec = config["vector"]
     if facts.inner:
         outer: list[str] = []
@@ -77,7 +106,9 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
         # serves every activation row, instead of one pass over the weight row per activation row.
         lanes = bool(outer) and bool(small)
         order = [*outer, kt, ko, *small, kv] if lanes else [*outer, *small, kt, ko, kv]
+        order = [*grid_yz, *order]
         s.reorder(*order)
+        bind_row_grid(s, grid_yz)
         if outer:
             s.bind(outer[0], "blockIdx.x")
             s.bind(outer[1], "threadIdx.y")
@@ -103,7 +134,9 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
             order = [*outer[:2], *small, kt, ko, ku, outer[2]]
         else:
             order = [*outer, *small, kt, ko, ku]
+        order = [*grid_yz, *order]
         s.reorder(*order)
+        bind_row_grid(s, grid_yz)
         if outer:
             s.bind(outer[0], "blockIdx.x")
             s.bind(outer[1], "threadIdx.x")

@@ -124,7 +124,8 @@ class ReductionRule(Rule):
         facts = self._facts(func)
         limit = target.max_threads_per_block
         if facts.inner:
-            knobs = (Knob("rows_per_block", (1, 2, 4, 8), "rows per thread block (threadIdx.y)"),
+            one_row = rows_count(func, facts) == 1  # a single value, or kept axes of extent 1
+            knobs = (Knob("rows_per_block", (1,) if one_row else (1, 2, 4, 8), "rows per thread block (threadIdx.y)"),
                      Knob("threads_k", pow2_range(32, 1024), "threads per row (32: one warp per row)"),
                      Knob("vector", (1, 2, 4), "consecutive elements per thread per step"),
                      Knob("blocks_per_row", pow2_range(1, MAX_PARTIALS),
@@ -148,7 +149,7 @@ class ReductionRule(Rule):
         if not facts.inner:
             return outer_default()
         if length <= WARP_ROW_LIMIT:  # row per warp (a single short row: one warp)
-            rows = 8 if facts.rows else 1
+            rows = min(8, 1 << (rows_count(func, facts).bit_length() - 1))  # no more rows than there are
             return {"rows_per_block": rows, "threads_k": 32, "vector": 1 if length < 128 else vector,
                     "blocks_per_row": 1}
         threads = max(32, min(512, ceil_pow2(-(-length // (vector * 4)))))

@@ -17,16 +17,10 @@ from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import ceil_pow2, const_or
 from schedlib.rules.base import Config, Tiling
-from schedlib.rules.cross_thread import ReductionFacts
+from schedlib.rules.cross_thread import ReductionFacts, bind_row_grid, fused_loops, row_grid
 
 MAX_PARTIALS = 1024  # the second stage reduces a row's partials in one block of at most this many threads
 LONG_ROW_STEPS = 32  # a row is split only when one block would walk it in at least this many steps
-
-
-def _fuse(s: Schedule, loops: list[str]) -> str | None:
-    if not loops:
-        return None
-    return s.fuse(*loops) if len(loops) > 1 else loops[0]
 
 
 def rows_count(func: Func, facts: ReductionFacts) -> int:
@@ -59,45 +53,51 @@ def schedule_two_stage(func: Func, facts: ReductionFacts, config: Config) -> Sch
         s.compute_inline(block)
     C = facts.main
     by_axis = dict(zip([a.name for a in func.block(C).axes], s.get_loops(C)))
-    r_loops = [by_axis[a] for a in facts.reduce]
-    if len(r_loops) > 1:
-        s.reorder(*r_loops)  # the walked order: the fused index is then contiguous in the operands
-    k = _fuse(s, r_loops)
+    k = fused_loops(s, [by_axis[a] for a in facts.reduce])  # in the walked order: contiguous in the operands
     assert k is not None  # a reduction has a reduce axis
     ko, p, t, v = s.split(k, [None, P, T, V])
-    rows = _fuse(s, [by_axis[a] for a in facts.rows])
-    s.reorder(*([rows] if rows else []), p, t, ko, v)
+    grid_yz, row_loops = row_grid(s, func, facts, [by_axis[a] for a in facts.rows])
+    rows = fused_loops(s, row_loops)
+    s.reorder(*grid_yz, *([rows] if rows else []), p, t, ko, v)
     out_rank = len(func.buffer(func.block(C).store).shape)
     partial = s.rfactor(p, out_rank)  # partials[rows..., P]: a row's partials are contiguous
-    first = s.get_loops(partial)  # [rows], p, t, ko, v
-    grid = s.fuse(first[0], first[1]) if rows else first[0]
+    yz = len(grid_yz)
+    first = s.get_loops(partial)  # [rows over blockIdx.z/y], [rows], p, t, ko, v
+    bind_row_grid(s, first[:yz])
+    grid = s.fuse(first[yz], first[yz + 1]) if rows else first[yz]
     s.bind(grid, "blockIdx.x")
     s.bind(first[-3], "threadIdx.x")
     s.vectorize(first[-1])
     held = s.cache_write(partial, "local")
     s.reverse_compute_at(held, grid)
-    second = s.get_loops(C)  # [rows], partial index
+    second = s.get_loops(C)  # [rows over blockIdx.z/y], [rows], partial index
+    bind_row_grid(s, second[:yz])
+    row = second[yz] if rows else None
     outer, lanes = s.split(second[-1], [None, final_threads(P)])
-    if rows:
-        s.reorder(second[0], lanes, outer)
-        s.bind(second[0], "blockIdx.x")
+    if row is not None:
+        s.reorder(row, lanes, outer)
+        s.bind(row, "blockIdx.x")
     s.bind(lanes, "threadIdx.x")
-    if rows:
+    if row is not None:
         wb = s.cache_write(C, "local")
-        s.reverse_compute_at(wb, second[0])
+        s.reverse_compute_at(wb, row)
         for block in facts.epilogue:
             s.reverse_compute_inline(block)
     return s
 
 
 def two_stage_tiling(func: Func, facts: ReductionFacts, config: Config) -> Tiling:
-    """The carver's view of the first stage, which moves the bytes: a block reduces ``1 / P`` of its row,
+    """The carver's view of the first stage, which moves the bytes: a block reduces ``1 / P`` of its row, but
+    at least one whole step (blocks past the row's steps have nothing to read, so they are not counted),
     charged to the outermost reduce axis (the second stage's few partials are left out)."""
     blk = func.block(facts.main)
     tile: dict[str, int] = {a.name: (1 if a.kind == "S" else const_or(a.extent, 4096)) for a in blk.axes}
-    outermost = facts.reduce[0]
-    tile[outermost] = max(1, -(-tile[outermost] // config["blocks_per_row"]))
     threads, vector = config["threads_k"], config["vector"]
+    outermost = facts.reduce[0]
+    inner = math.prod(tile[a] for a in facts.reduce[1:])  # elements per index of the outermost reduce axis
+    length = tile[outermost] * inner
+    chunk = max(threads * vector, -(-length // config["blocks_per_row"]))
+    tile[outermost] = max(1, min(tile[outermost], -(-chunk // inner)))
     thread_tile = {facts.rows[-1]: 1} if facts.rows else {}
     return Tiling(facts.main, tile, thread_tile, {facts.reduce[-1]: threads * vector}, threads, 4 * threads,
                   32 + 2 * vector, vector)

@@ -107,3 +107,10 @@ def test_non_negative_index_arithmetic_stays_plain_c() -> None:
     source = fused_kernel_source(sl.workloads.elementwise((12, 10), ("add",)), "E0")
     body = source[source.index('extern "C"'):]
     assert " / 10)" not in body and " % 10)" not in body, body
+
+
+def test_the_smallest_ints_are_literals_of_their_own_type() -> None:
+    from schedlib.codegen.cuda_expr import literal
+
+    assert literal(-(2**31), "int32") == "(-2147483647 - 1)" and literal(-(2**31) + 1, "int32") == "-2147483647"
+    assert literal(-(2**63), "int64") == "(-9223372036854775807LL - 1)" and literal(5, "int64") == "5LL"

@@ -46,10 +46,14 @@ def input_shapes(func: Func, symbols: Mapping[str, int] | None = None) -> dict[s
 def random_inputs(func: Func, rng: np.random.Generator, symbols: Mapping[str, int] | None = None
                   ) -> dict[str, np.ndarray]:
     """Fresh normal values, never zero (|x| >= 0.05), rounded to the input's dtype (bf16 held in float32);
-    integer inputs get small non-zero integers (|x| <= 8, negative only where the type has them)."""
+    integer inputs get small non-zero integers (|x| <= 8, negative only where the type has them), bools both
+    values."""
     out = {}
     for name, shape in input_shapes(func, symbols).items():
         dtype = func.buffer(name).dtype
+        if dtype == "bool":  # both values, zeros included
+            out[name] = rng.integers(0, 2, shape).astype(bool)
+            continue
         if is_float(dtype):
             x = rng.standard_normal(shape)
             x = np.where(np.abs(x) < 0.05, np.copysign(0.05, x), x)
@@ -134,6 +138,11 @@ def compare(func: Func, expected: Mapping[str, np.ndarray], got: Any, what: str)
         assert np.dtype(g.dtype) == numpy_dtype(func.buffer(name).dtype), f"{what}: {name} dtype {g.dtype}"
         g = g.astype(np.float64)
         assert np.all(np.isfinite(g)), f"{what}: {name} has {int((~np.isfinite(g)).sum())} unwritten/NaN elements"
+        if not is_float(func.buffer(name).dtype):  # integers and bools are exact
+            bad = g != ref
+            assert not bad.any(), (f"{what}: {name}: {int(bad.sum())} of {ref.size} elements differ (first at "
+                                   f"{np.argwhere(bad)[:4].tolist()}: got {g[bad][:4]} expected {ref[bad][:4]})")
+            continue
         tol = TOLERANCE[func.buffer(name).dtype]
         atol = tol * max(1.0, float(np.abs(ref).max()))
         bad = ~np.isclose(g, ref, rtol=tol, atol=atol)

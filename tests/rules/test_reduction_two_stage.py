@@ -88,7 +88,7 @@ def test_the_default_splits_only_few_long_rows() -> None:
     assert rule.default_config(sl.workloads.reduce(4, 1 << 20), profile)["blocks_per_row"] > 1
     assert rule.default_config(sl.workloads.reduce(4096, 4096), profile)["blocks_per_row"] == 1  # rows fill it
     assert rule.default_config(total(5000), profile)["blocks_per_row"] == 1  # too short to be worth a second kernel
-    assert "rows_per_block 1" in rule.space(total(), profile).reason(
+    assert "rows_per_block 1" in rule.space(sl.workloads.reduce(64, 5000), profile).reason(
         {"rows_per_block": 2, "threads_k": 64, "vector": 4, "blocks_per_row": 4})
 
 
@@ -98,3 +98,74 @@ def test_the_carver_ranks_splitting_first_for_a_whole_tensor() -> None:
     one_block = carver.estimate(total(1 << 24), "h100", {"rows_per_block": 1, "threads_k": 512, "vector": 4,
                                                          "blocks_per_row": 1}, rule="reduction")
     assert float(one_block["est_time_us"]) > 10 * float(ranked["est_time_us"].iloc[0])
+
+
+def reversed_axes(shape: tuple[int, int] = (30, 40)) -> Func:
+    """``sum(X[i, j], axis=[j, i])``: the reduce axes listed in the other order than the operand's."""
+    X = sl.placeholder(shape, "float32", "X")
+    i, j = sl.reduce_axis(shape[0], "i"), sl.reduce_axis(shape[1], "j")
+    S = sl.compute((), lambda: sl.sum(X[i, j], axis=[j, i]), "S")
+    return sl.func([X, S], "reversed_axes")
+
+
+@pytest.mark.parametrize("split", [1, 8])
+def test_reduce_axes_listed_out_of_order_are_walked_in_the_operands_order(split: int, rng: np.random.Generator,
+                                                                          toolchain: None) -> None:
+    func = reversed_axes()
+    rule = rules.get_rule("reduction")
+    config = {"rows_per_block": 1, "threads_k": 64, "vector": 4, "blocks_per_row": split}
+    sch = rule.apply(func, "h100", config)
+    kernel = check_schedule(func, sch, rng, archs=("sm_90",))
+    assert "/ 40)" not in kernel.source  # one flat walk over X, no index taken apart
+    assert rules.apply_default(func, "h100").rule == "reduction"
+
+
+def test_an_int32_max_pads_with_the_smallest_int(rng: np.random.Generator, toolchain: None) -> None:
+    """The padding of a ragged two-stage max is INT32_MIN, which C must read as an int (a bare -2147483648 is
+    minus a long, and max(int, long) does not compile)."""
+    func = sl.workloads.reduce(3, 5_003, "max", dtype="int32")
+    rule = rules.get_rule("reduction")
+    config = {"rows_per_block": 1, "threads_k": 64, "vector": 4, "blocks_per_row": 8}
+    kernel = check_schedule(func, rule.apply(func, "h100", config), rng, archs=("sm_90",))
+    assert "(-2147483647 - 1)" in kernel.source
+
+
+def test_a_single_row_has_one_row_per_block(toolchain: None) -> None:
+    rule = rules.get_rule("reduction")
+    assert rule.space(total(), "h100").knob("rows_per_block").values == (1,)
+    X = sl.placeholder((1, 1, 100), "float32", "X")
+    k = sl.reduce_axis(100, "k")
+    one_row = sl.func([X, sl.compute((1, 1), lambda a, b: sl.sum(X[a, b, k], axis=k), "S")], "one_row")
+    assert rule.default_config(one_row, "h100")["rows_per_block"] == 1
+
+
+def _symbolic_rows(kind: str) -> tuple[Func, dict[str, int]]:
+    b, m, n = sl.var("b"), sl.var("m"), sl.var("n")
+    if kind == "inner":
+        X = sl.placeholder((b, m, n), "float32", "X")
+        k = sl.reduce_axis(n, "k")
+        O = sl.compute((b, m), lambda p, i: sl.sum(X[p, i, k], axis=k), "O")
+        return sl.func([X, O], "rows3"), {"b": 3, "m": 5, "n": 700}
+    if kind == "outer":
+        X = sl.placeholder((b, n, m), "float32", "X")
+        k = sl.reduce_axis(n, "k")
+        O = sl.compute((b, m), lambda p, i: sl.sum(X[p, k, i], axis=k), "O")
+        return sl.func([X, O], "cols3"), {"b": 3, "m": 40, "n": 7}
+    a = sl.var("a")
+    X = sl.placeholder((a, b, m, n), "float32", "X")
+    k = sl.reduce_axis(n, "k")
+    O = sl.compute((a, b, m), lambda q, p, i: sl.sum(X[q, p, i, k], axis=k), "O")
+    return sl.func([X, O], "rows4"), {"a": 2, "b": 3, "m": 2, "n": 900}
+
+
+@pytest.mark.parametrize("kind", ["inner", "outer", "four-d"])
+def test_several_symbolic_row_axes_build(kind: str, rng: np.random.Generator, toolchain: None) -> None:
+    """Rows of several symbolic axes: the outer ones go to blockIdx.y/z instead of one fused index whose // and
+    % hid the thread's output from its register write-back (the build failed after the rule took the func)."""
+    func, sizes = _symbolic_rows(kind)
+    rule = rules.get_rule("reduction")
+    check_schedule(func, rules.apply_default(func, "h100"), rng, sizes=(sizes,), archs=("sm_90",))
+    if kind != "outer":
+        config = {"rows_per_block": 1, "threads_k": 64, "vector": 4, "blocks_per_row": 4}
+        kernel = check_schedule(func, rule.apply(func, "h100", config), rng, sizes=(sizes,), archs=("sm_90",))
+        assert "blockIdx.y" in kernel.source
