@@ -299,15 +299,21 @@ def _check_origins(main: Block, ld: Load, copy: Block, dims: list[str], origin: 
     tile, the k loop times block_k, the block's own batch element), and the main block reads it shifted by
     exactly that: ``origin`` maps m, n and k to their block loop."""
     binding = {a.name: b for a, b in zip(main.axes, main.bindings)}
+
+    def affine(e: Expr) -> tuple[dict, int]:
+        # a block loop of extent 1 only ever holds 0 (a batch of one matrix): its terms are no offset at all
+        terms, c = to_affine(simplify(e))
+        return {v: k for v, k in terms.items() if not (isinstance(v, Var) and ext.get(v.name) == 1)}, c
+
     for d, (axis, read, base) in enumerate(zip(dims, ld.indices, copy.bindings)):
-        base_terms = to_affine(simplify(base - Var(copy.loops[d].name)))
+        base_terms = affine(base - Var(copy.loops[d].name))
         if axis in origin:
             loop = origin[axis]
             want: tuple[dict, int] = ({Var(loop): tile[axis]}, 0) if ext[loop] != 1 else ({}, 0)
         else:  # a batch dimension: the block's own element
-            want = to_affine(simplify(binding[axis]))
+            want = affine(binding[axis])
         negated = ({v: -k for v, k in want[0].items()}, -want[1])
-        if base_terms != want or to_affine(simplify(read - Var(axis))) != negated:
+        if base_terms != want or affine(read - Var(axis)) != negated:
             fail(main, f"{ld.buffer} dimension {d} is not the block's tile of axis {axis} (it starts at {base})")
 
 

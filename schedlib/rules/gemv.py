@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from schedlib.hw import HardwareProfile
-from schedlib.ir.func import Func
+from schedlib.ir.func import MAX_LANES, Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import accesses, ceil_pow2, const_or, inline_prologue
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
@@ -43,12 +43,12 @@ def analyze_gemv(func: Func) -> ReductionFacts | str:
     small, big = (mm.m, mm.n) if m <= n else (mm.n, mm.m)
     weight, weight_contig = (mm.b, mm.b_contig) if big == mm.n else (mm.a, mm.a_contig)
     # Batch axes the weight is broadcast over (a linear layer's X[b, s, k] against W[n, k]) join the small
-    # side while it stays small: each weight element a thread loads then serves every activation row.
+    # side while a thread's partials fit (MAX_LANES rows): each weight element it loads serves every one.
     weight_axes = {ax for acc in accesses(view.block(mm.main)) if acc.buffer == weight for ax in acc.axes}
     shared = [b for b in mm.batch if b in weight_axes]
     broadcast = [b for b in mm.batch if b not in weight_axes]
     vectors = math.prod(const_or(mm.extents[b], 1 << 30) for b in broadcast) * min(m, n)
-    smalls = (*broadcast, small) if broadcast and vectors <= SMALL else (small,)
+    smalls = (*broadcast, small) if broadcast and vectors <= MAX_LANES else (small,)
     rows = (*shared, big) if len(smalls) > 1 else (*mm.batch, big)
     return ReductionFacts(mm.main, rows, smalls, (mm.k,), weight_contig == mm.k, mm.epilogue, mm.in_bytes,
                           prologue)

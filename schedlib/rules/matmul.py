@@ -221,8 +221,9 @@ class MatmulRule(Rule):
         if template not in (None, False):  # that template's sizing did not fit: its first legal point
             first = next((c for c in space.enumerate() if c["tensor_core"] == template
                           and type(c["tensor_core"]) is type(template)), None)
-            if first is None:
-                raise ValueError(f"this matmul has no legal tensor_core={template!r} config")
+            if first is None:  # say why the template's own default is refused (two batch axes for the TMA...)
+                raise ValueError(f"this matmul has no legal tensor_core={template!r} config: "
+                                 f"{space.reason(config)}")
             return first
         # SIMT.  Short of a wave of blocks, each block's k loop is the kernel's time, and every k step waits
         # on one global round trip (the carver's latency bound): tiles shrink to 16 to reach more SMs, a

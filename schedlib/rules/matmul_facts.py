@@ -61,6 +61,9 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
     sa, sb = set(acc_a.axes), set(acc_b.axes)
     if k not in sa or k not in sb:
         return f"reduce axis {k} must index both operands"
+    for acc in (acc_a, acc_b):
+        if len(sa if acc is acc_a else sb) != len(acc.axes):
+            return f"operand {acc.buffer} is read at a repeated axis ({', '.join(str(x) for x in acc.axes)})"
     spatial = [a.name for a in main.axes if a.kind == "S"]
     only_a = [s for s in acc_a.axes if s in spatial and s not in sb]
     only_b = [s for s in acc_b.axes if s in spatial and s not in sa]
@@ -72,6 +75,10 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
     batch = tuple(s for s in spatial if s in batch_set)
     if list(spatial[:len(batch)]) != list(batch):
         return f"spatial axes {spatial}: the batch axes {list(batch)} must come first in the output"
+    for acc in (acc_a, acc_b):  # the templates stage each operand as batch dims, then one matrix
+        if any(x not in batch_set for x in acc.axes[:-2]) or any(x in batch_set for x in acc.axes[-2:]):
+            return (f"operand {acc.buffer} is read at [{', '.join(str(x) for x in acc.axes)}]: its batch axes "
+                    f"{[x for x in acc.axes if x in batch_set]} must come before its two matrix dimensions")
     epi = epilogue_chain(func, main)
     if isinstance(epi, str):
         return epi

@@ -70,6 +70,9 @@ def test_two_batch_axes_over_one_weight(rng: np.random.Generator, toolchain: Non
     func = sl.func([X, W, C], "heads")
     sch = rules.apply_default(func, "h100")
     assert sch.rule == "matmul" and sch.config["tensor_core"] not in ("wgmma_tma", "wgmma_ws")
+    with pytest.raises(ValueError, match="no legal tensor_core='wgmma_tma' config: 2 batch axes; the TMA tensor "
+                                         "maps here take at most one"):
+        rules.get_rule("matmul").template_default(func, "h100", "wgmma_tma")
     check_schedule(func, sch, rng, archs=("sm_90",))
 
 
@@ -84,14 +87,55 @@ def test_batch_axes_after_m_are_declined() -> None:
 
 
 @pytest.mark.parametrize("B, S, trans_w, small", [(2, 3, False, ("b", "i")), (4, 1, True, ("b", "i")),
-                                                  (16, 1, False, ("i",))])
+                                                  (32, 1, False, ("i",))])
 def test_gemv_reads_the_weight_once_for_a_few_rows(B: int, S: int, trans_w: bool, small: tuple[str, ...],
                                                    rng: np.random.Generator, toolchain: None) -> None:
-    """Up to 8 activation rows (b x s) are lanes of one pass over the weight; 16 rows of one token each are
-    16 passes (rows of the grid), still correct."""
+    """Up to 16 activation rows (b x s) are lanes of one pass over the weight; 32 rows of one token each are
+    32 passes (rows of the grid), still correct."""
     func = linear(B, S, 96, 64, trans_w=trans_w)
     facts = rules.get_rule("gemv").analyze(func, sl.hw.load("h100"))
     assert facts.small == small and facts.inner is not trans_w
     sch = rules.apply_default(func, "h100")
     assert sch.rule == "gemv"
     check_schedule(func, sch, rng, archs=("sm_90",))
+
+
+@pytest.mark.parametrize("template", [False, True, "wgmma", "wgmma_tma", "wgmma_ws"])
+@pytest.mark.parametrize("shared", [False, True], ids=["broadcast", "shared"])
+def test_a_batch_of_one_matrix_builds_in_every_template(template: bool | str, shared: bool,
+                                                        rng: np.random.Generator, toolchain: None) -> None:
+    """A batch axis of extent 1 (a prefill of one sequence): its block loop only holds 0, which the tensor-core
+    lowering's tile-origin check took for a misplaced tile."""
+    func = sl.workloads.matmul(40, 48, 64, "float16", batch=1) if shared else linear(B=1, S=40, K=64, N=48)
+    rule = rules.get_rule("matmul")
+    check_schedule(func, rule.apply(func, "h100", rule.template_default(func, "h100", template)), rng,
+                   archs=("sm_90",))
+
+
+def test_operands_whose_batch_axes_do_not_lead_are_declined(rng: np.random.Generator, toolchain: None) -> None:
+    """Per-head weights over [batch, seq, heads, dim] activations: the head axis sits between the activation's
+    rows and k, which the templates cannot stage; and an operand read at a repeated axis."""
+    X = sl.placeholder((2, 24, 3, 32), "float16", "X")
+    W = sl.placeholder((3, 40, 32), "float16", "W")
+    k = sl.reduce_axis(32, "k")
+    C = sl.compute((2, 3, 24, 40), lambda b, h, s, n: sl.sum(
+        X[b, s, h, k].astype("float32") * W[h, n, k].astype("float32"), axis=k), "C")
+    func = sl.func([X, W, C], "per_head")
+    assert rules.get_rule("matmul").applies(func, "h100") == (
+        "operand X is read at [b, s, h, k]: its batch axes ['b', 'h'] must come before its two matrix dimensions")
+    sch = rules.apply_default(func, "h100")
+    check_schedule(func, sch, rng, archs=("sm_90",))
+    A = sl.placeholder((12, 12, 16), "float32", "A")
+    B = sl.placeholder((20, 16), "float32", "B")
+    kk = sl.reduce_axis(16, "kk")
+    D = sl.compute((12, 20), lambda i, j: sl.sum(A[i, i, kk] * B[j, kk], axis=kk), "D")
+    diag = sl.func([A, B, D], "diag")
+    assert rules.get_rule("matmul").applies(diag, "h100") == "operand A is read at a repeated axis (i, i, kk)"
+    assert rules.find_rule(diag, "h100").name == "fallback"
+
+
+def test_up_to_16_activation_rows_share_one_pass_over_the_weight(rng: np.random.Generator, toolchain: None) -> None:
+    func = linear(B=12, S=1, K=64, N=40)
+    facts = rules.get_rule("gemv").analyze(func, sl.hw.load("h100"))
+    assert facts.small == ("b", "i") and facts.rows == ("j",)
+    check_schedule(func, rules.apply_default(func, "h100"), rng, archs=("sm_90",))
