@@ -53,6 +53,12 @@ def _accum(dtype: str, accum_dtype: str | None) -> str:
     return "float32" if is_float(dtype) else "int32"
 
 
+def _epilogue_type(acc: str, out: str) -> str:
+    """The type an epilogue computes in: the accumulator's, except that an integer accumulator under a float
+    output is converted first, so that a float bias is added as it is rather than truncated to an integer."""
+    return out if is_float(out) and not is_float(acc) else acc
+
+
 def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: str = "float32",
            accum_dtype: str | None = None, out_dtype: str | None = None, trans_a: bool = False,
            trans_b: bool = False, batch: ExprLike | None = None, epilogue: str | None = None) -> Func:
@@ -88,12 +94,14 @@ def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: st
     if epilogue is None and out == acc:
         return make_func([A, B, C], "matmul")
 
+    ct = _epilogue_type(acc, out)
+
     def epi(*idx: Expr) -> Expr:
-        x = C[idx]
+        x = C[idx].astype(ct) if ct != acc else C[idx]
         if epilogue in ("bias", "bias_relu"):
-            x = x + extra[0][idx[-1]].astype(acc)
+            x = x + extra[0][idx[-1]].astype(ct)
         if epilogue == "residual":
-            x = x + extra[0][idx].astype(acc)
+            x = x + extra[0][idx].astype(ct)
         if epilogue in ("relu", "bias_relu"):
             x = _relu(x)
         if epilogue == "gelu":
@@ -112,7 +120,7 @@ def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: 
     The output dtype follows :func:`matmul`: ``dtype`` for float inputs, the int32 accumulator for integer ones
     (an int8 dot product overflows int8), unless ``out_dtype`` says otherwise.
 
-    ``weight_dtype`` (an integer type, with float activations) makes a weight-only quantised GEMV: ``W`` holds
+    ``weight_dtype="int8"`` (with float activations) makes a weight-only quantised GEMV: ``W`` holds
     integers and ``scale`` one accumulator-typed factor per output column, dequantised by a stage ``Wd``
     (``Wd[n, k] = W[n, k] * scale[n]``) that the GEMV rule inlines, so only the integers cross memory.
     """
@@ -124,9 +132,9 @@ def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: 
     out = check_dtype(out_dtype, "out_dtype") if out_dtype else (dtype if is_float(dtype) else acc)
     if weight_dtype is not None:
         check_dtype(weight_dtype, "weight_dtype")
-        if is_float(weight_dtype) or not is_float(dtype):
-            raise IRError(f"gemv: weight_dtype={weight_dtype!r} with dtype={dtype!r}: a quantised weight is an "
-                          f"integer type (int8, uint8, ...) under float activations")
+        if weight_dtype != "int8" or not is_float(dtype):
+            raise IRError(f"gemv: weight_dtype={weight_dtype!r} with dtype={dtype!r}: a quantised weight is int8 "
+                          f"under float activations")
     X = te.placeholder((batch, K), dtype, "X")
     W = te.placeholder((K, N) if trans else (N, K), weight_dtype or dtype, "W")
     k = te.reduce_axis(K, "k")
@@ -145,10 +153,12 @@ def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: 
     if epilogue is None and out == acc:
         return make_func([X, W, *quant, C], name)
 
+    ct = _epilogue_type(acc, out)
+
     def epi(b: Expr, n: Expr) -> Expr:
-        x = C[b, n]
+        x = C[b, n].astype(ct) if ct != acc else C[b, n]
         if extra:
-            x = x + extra[0][n].astype(acc)
+            x = x + extra[0][n].astype(ct)
         if epilogue in ("relu", "bias_relu"):
             x = _relu(x)
         if epilogue == "gelu":

@@ -33,6 +33,11 @@ SPECS = [
     "gemv:N=64,K=128,dtype=int8",
     "gemv:N=64,K=96,dtype=float16,weight_dtype=int8",
     "gemv:N=64,K=96,dtype=float32,weight_dtype=int8,trans=true,batch=2,epilogue=relu",
+    "matmul:M=16,N=24,K=40,dtype=int8,epilogue=gelu",
+    "matmul:M=16,N=24,K=40,dtype=int8,epilogue=bias,out_dtype=float32",
+    "gemv:N=64,K=96,dtype=int8,epilogue=bias_relu,out_dtype=float32",
+    "matmul:M=16,N=24,K=40,dtype=int8,out_dtype=int8",
+    "reduce:rows=20,cols=50,op=sumsq,dtype=int8",
     "reduce:rows=20,cols=50,op=sumsq",
     "reduce:rows=20,cols=50,op=max,axis=0",
     "softmax:rows=6,cols=70",
@@ -61,7 +66,7 @@ def _inputs(func: sl.Func, rng: np.random.Generator) -> dict[str, np.ndarray]:
         if is_float(buf.dtype):
             out[name] = rng.standard_normal(shape).astype(numpy_dtype(buf.dtype))
         else:
-            out[name] = rng.integers(-8, 9, shape).astype(numpy_dtype(buf.dtype))
+            out[name] = rng.integers(-100, 101, shape).astype(numpy_dtype(buf.dtype))  # x * x passes int8
     return out
 
 

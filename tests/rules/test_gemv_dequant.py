@@ -93,7 +93,8 @@ def test_the_built_in_quantised_gemv(trans: bool, rng: np.random.Generator, tool
 
 
 @pytest.mark.parametrize("kw, why", [
-    (dict(weight_dtype="float16"), "weight_dtype='float16' with dtype='float16': a quantised weight is an integer"),
+    (dict(weight_dtype="float16"), "weight_dtype='float16' with dtype='float16': a quantised weight is int8"),
+    (dict(weight_dtype="int32"), "a quantised weight is int8 under float activations"),
     (dict(dtype="int8", weight_dtype="int8"), "weight_dtype='int8' with dtype='int8'"),
     (dict(weight_dtype="int3"), "weight_dtype"),
 ])

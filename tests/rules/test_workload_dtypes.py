@@ -92,6 +92,27 @@ def test_int8_gemv_epilogue_and_explicit_out_dtype(rng: np.random.Generator, too
     assert wl.gemv(64, 96, "float16").buffer("D").dtype == "float16"  # float GEMVs are unchanged
 
 
+@pytest.mark.parametrize("kind", ["matmul", "gemv"])
+def test_a_float_bias_on_an_int8_product_is_added_as_a_float(kind: str, rng: np.random.Generator,
+                                                              toolchain: None) -> None:
+    """int8 inputs with a float32 output: the int32 product is converted first, and the bias added unrounded
+    (it used to be truncated to the int32 accumulator)."""
+    if kind == "matmul":
+        f = wl.matmul(16, 24, 40, "int8", out_dtype="float32", epilogue="bias")
+        x, w = rng.integers(-128, 128, (16, 40), dtype=np.int8), rng.integers(-128, 128, (40, 24), dtype=np.int8)
+        product = x.astype(np.int32) @ w.astype(np.int32)
+    else:
+        f = wl.gemv(24, 40, "int8", out_dtype="float32", epilogue="bias")
+        x, w = rng.integers(-128, 128, (1, 40), dtype=np.int8), rng.integers(-128, 128, (24, 40), dtype=np.int8)
+        product = x.astype(np.int32) @ w.astype(np.int32).T
+    b = (rng.standard_normal(24) * 10).astype(np.float32)
+    want = product.astype(np.float32) + b
+    np.testing.assert_allclose(sl.run_reference(f, {"A" if kind == "matmul" else "X": x,
+                                                    "B" if kind == "matmul" else "W": w, "bias": b})["D"], want,
+                               rtol=1e-6)
+    np.testing.assert_allclose(run(f, kind, x, w, b), want, rtol=1e-6)
+
+
 # ---- element-wise chains --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["int8", "float16", "float32"])
