@@ -32,12 +32,14 @@ def linear(B: int = 2, S: int = 40, K: int = 64, N: int = 48, dtype: str = "floa
     return sl.func([X, W, Y], "linear")
 
 
-TEMPLATES = [("float32", False), ("float16", False), ("float16", True), ("float16", "wgmma"),
-             ("float16", "wgmma_tma"), ("float16", "wgmma_ws")]
+# every template with the weight stored N x K; K x N (B read along n) with one SIMT and one TMA-fed template
+TEMPLATES = [("float32", False, False), ("float16", False, False), ("float16", True, False),
+             ("float16", "wgmma", False), ("float16", "wgmma_tma", False), ("float16", "wgmma_ws", False),
+             ("float32", False, True), ("float16", "wgmma_tma", True)]
 
 
-@pytest.mark.parametrize("dtype, template", TEMPLATES, ids=[f"{d}-{t}" for d, t in TEMPLATES])
-@pytest.mark.parametrize("trans_w", [False, True], ids=["w-nk", "w-kn"])
+@pytest.mark.parametrize("dtype, template, trans_w", TEMPLATES,
+                         ids=[f"{d}-{t}-{'w-kn' if w else 'w-nk'}" for d, t, w in TEMPLATES])
 def test_every_matmul_template_takes_a_linear_layer(dtype: str, template: bool | str, trans_w: bool,
                                                     rng: np.random.Generator, toolchain: None) -> None:
     func = linear(dtype=dtype, trans_w=trans_w)
@@ -100,8 +102,10 @@ def test_gemv_reads_the_weight_once_for_a_few_rows(B: int, S: int, trans_w: bool
     check_schedule(func, sch, rng, archs=("sm_90",))
 
 
-@pytest.mark.parametrize("template", [False, True, "wgmma", "wgmma_tma", "wgmma_ws"])
-@pytest.mark.parametrize("shared", [False, True], ids=["broadcast", "shared"])
+@pytest.mark.parametrize("template, shared", [(False, False), (True, False), ("wgmma", False),
+                                              ("wgmma_tma", False), ("wgmma_ws", False), (True, True),
+                                              ("wgmma_tma", True)],
+                         ids=["simt", "mma", "wgmma", "wgmma_tma", "wgmma_ws", "shared-mma", "shared-wgmma_tma"])
 def test_a_batch_of_one_matrix_builds_in_every_template(template: bool | str, shared: bool,
                                                         rng: np.random.Generator, toolchain: None) -> None:
     """A batch axis of extent 1 (a prefill of one sequence): its block loop only holds 0, which the tensor-core

@@ -30,7 +30,9 @@ from schedlib.runtime.emulator.pch import header_flags
 from schedlib.runtime.emulator.workdirs import make_work_dir
 
 HEADER_DIR = Path(__file__).resolve().parent
-BASE_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-w")
+# -O1: a kernel library compiles about 30% faster than at -O2 (5 kernels: 6.1 s against 8.5 s with a fresh
+# cache) and runs as fast (a 256^3 fp16 matmul in 0.05-0.1 s either way): the compile is most of an emulated run
+BASE_FLAGS = ("-O1", "-std=c++17", "-shared", "-fPIC", "-w")
 BOUNDS_FLAG = "-DSL_EMU_BOUNDS"
 # the bank census: checked pointers that log shared accesses; -g maps call sites to source lines
 BANKS_FLAGS = ("-DSL_EMU_BOUNDS", "-DSL_EMU_BANKS", "-g")

@@ -1,7 +1,7 @@
 // schedlib CUDA emulator: lets g++ compile and run the exact CUDA source schedlib generates.
 //
 // The generated source starts with schedlib/codegen/cuda_prelude.cuh, whose non-nvcc branch
-// includes this header. Built with `g++ -O2 -std=c++17 -shared -fPIC` (+ -DSL_EMU_BOUNDS for the
+// includes this header. Built with `g++ -O1 -std=c++17 -shared -fPIC` (+ -DSL_EMU_BOUNDS for the
 // checked mode) into a shared library that the Python side (schedlib.runtime.emulator) drives
 // through the C ABI in sl_emu_launch.h. The pieces, each in its own header:
 //   sl_emu_half.h    __half / __nv_bfloat16, bit-exact conversions and arithmetic
