@@ -81,8 +81,10 @@ def _check_reductions_nonempty(func: Func, env: Mapping[str, int]) -> None:
         empty = [a for a, n in extents if a.kind == "R" and n <= 0]
         if empty and all(n > 0 for a, n in extents if a.kind == "S"):
             axis = empty[0]
+            sizes = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
             raise ShapeError(f"{func.name}: block {block.name} reduces over axis {axis.name} of extent "
-                             f"{axis.extent} = 0 for these inputs; a reduction needs at least one element")
+                             f"{axis.extent} = 0 for these inputs ({sizes}); a reduction needs at least one "
+                             "element")
 
 
 def evaluate_int(e: Expr, env: Mapping[str, int]) -> int:
