@@ -23,6 +23,25 @@ from schedlib.ir.func import Func
 
 from .helpers import check_schedule, thread_count
 
+
+def _scaled_dot() -> Func:
+    """``O[i] = sum_k exp(A[i, k]) * B[i, k] * s[i]``: two operands, a per-row scale, a stage before."""
+    A, B = (sl.placeholder((6, 333), "float32", n) for n in "AB")
+    s = sl.placeholder((6,), "float32", "s")
+    E = sl.compute((6, 333), lambda i, j: sl.exp(A[i, j] * 0.1), "E")
+    k = sl.reduce_axis(333, "k")
+    O = sl.compute((6,), lambda i: sl.sum(E[i, k] * B[i, k] * s[i], axis=k), "O")
+    return sl.func([A, B, s, O], "scaled_dot")
+
+
+def _total() -> Func:
+    """``S = sum(X)`` over a matrix, to one value."""
+    X = sl.placeholder((40, 123), "float16", "X")
+    i, j = sl.reduce_axis(40, "i"), sl.reduce_axis(123, "j")
+    S = sl.compute((), lambda: sl.sum(X[i, j].astype("float32"), axis=[i, j]), "S")
+    return sl.func([X, S], "total")
+
+
 # rule -> (workloads drawn from, examples)
 CASES: dict[str, tuple[str, list[Callable[[], Func]], int]] = {
     "matmul": ("matmul", [lambda: wl.matmul(37, 45, 29, epilogue="bias_relu"),
@@ -31,6 +50,8 @@ CASES: dict[str, tuple[str, list[Callable[[], Func]], int]] = {
     "gemv-outer": ("gemv", [lambda: wl.gemv(70, 100, "float32", batch=3, trans=True, epilogue="gelu")], 2),
     "reduction-inner": ("reduction", [lambda: wl.reduce(9, 300, "sumsq"), lambda: wl.reduce(5, 40, "mean")], 3),
     "reduction-outer": ("reduction", [lambda: wl.reduce(100, 40, "max", axis=0)], 2),
+    # several operands, an inlined stage before, a single value: every knob, blocks_per_row included
+    "reduction-operands": ("reduction", [lambda: _scaled_dot(), lambda: _total()], 2),
     "general_reduction": ("general_reduction", [lambda: wl.softmax(5, 300),
                                                 lambda: wl.layernorm(3, 129, "float16")], 2),
     "transpose": ("transpose", [lambda: wl.transpose(70, 45, "float16")], 2),
