@@ -47,6 +47,9 @@ class ReductionFacts:
     epilogue: tuple[str, ...]
     in_bytes: int  # the widest element the reduction walks
     prologue: tuple[str, ...] = ()  # element-wise stages before ``main``, inlined first, in this order
+    # (small axis, lanes): that many of the axis's points are lanes of one pass, the rest blockIdx.y (a GEMV
+    # broadcast over more activation rows than a thread holds partials for)
+    lane_split: tuple[str, int] | None = None
 
 
 def fused_loops(s: Schedule, loops: list[str]) -> str | None:
@@ -90,10 +93,17 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
     by_axis = dict(zip([a.name for a in func.block(C).axes], s.get_loops(C)))
     k = fused_loops(s, [by_axis[a] for a in facts.reduce])
     small = [by_axis[a] for a in facts.small]
+    lane_grid: list[str] = []
+    if facts.lane_split is not None:
+        axis, lanes_per_pass = facts.lane_split
+        passes, lane = s.split(by_axis[axis], [None, lanes_per_pass])
+        small = [lane if loop == by_axis[axis] else loop for loop in small]
+        lane_grid = [passes]
     row_loops = [by_axis[a] for a in facts.rows]
     if len(row_loops) > 1 and small:  # a batched matmul's small m sits between batch and n: move it inside
         s.reorder(*row_loops, *small)
     grid_yz, row_loops = row_grid(s, func, facts, row_loops)
+    grid_yz = [*lane_grid, *grid_yz]  # analyze_gemv splits lanes only where row_grid leaves y and z free
     rows = fused_loops(s, row_loops)
     vec = config["vector"]
     if facts.inner:

@@ -89,11 +89,11 @@ def test_batch_axes_after_m_are_declined() -> None:
 
 
 @pytest.mark.parametrize("B, S, trans_w, small", [(2, 3, False, ("b", "i")), (4, 1, True, ("b", "i")),
-                                                  (32, 1, False, ("i",))])
+                                                  (17, 1, False, ("i",))])
 def test_gemv_reads_the_weight_once_for_a_few_rows(B: int, S: int, trans_w: bool, small: tuple[str, ...],
                                                    rng: np.random.Generator, toolchain: None) -> None:
-    """Up to 16 activation rows (b x s) are lanes of one pass over the weight; 32 rows of one token each are
-    32 passes (rows of the grid), still correct."""
+    """Up to 16 activation rows (b x s) are lanes of one pass over the weight; 17 rows of one token each (no
+    divisor to make passes of) are 17 passes (rows of the grid), still correct."""
     func = linear(B, S, 96, 64, trans_w=trans_w)
     facts = rules.get_rule("gemv").analyze(func, sl.hw.load("h100"))
     assert facts.small == small and facts.inner is not trans_w
@@ -143,3 +143,16 @@ def test_up_to_16_activation_rows_share_one_pass_over_the_weight(rng: np.random.
     facts = rules.get_rule("gemv").analyze(func, sl.hw.load("h100"))
     assert facts.small == ("b", "i") and facts.rows == ("j",)
     check_schedule(func, rules.apply_default(func, "h100"), rng, archs=("sm_90",))
+
+
+@pytest.mark.parametrize("B, S, trans_w, lanes", [(32, 1, False, 16), (24, 1, True, 12), (40, 2, False, 8)])
+def test_more_rows_than_lanes_pass_over_the_weight_in_groups(B: int, S: int, trans_w: bool, lanes: int,
+                                                            rng: np.random.Generator, toolchain: None) -> None:
+    """Past 16 activation rows, the batch axis is split: passes of as many rows as divide it and fit in a
+    thread's lanes (blockIdx.y), each reading the weight once."""
+    func = linear(B, S, 96, 64, trans_w=trans_w)
+    facts = rules.get_rule("gemv").analyze(func, sl.hw.load("h100"))
+    assert facts.lane_split == ("b", lanes) and facts.small == ("b", "i")
+    kernel = check_schedule(func, rules.apply_default(func, "h100"), rng, archs=("sm_90",))
+    (spec,) = kernel.launch
+    assert [int(g.value) for g in spec.grid][1] == B // lanes
