@@ -62,18 +62,18 @@ def bind_symbols(func: Func, inputs: Mapping[str, Any]) -> dict[str, int]:
             expect = evaluate_int(dim, env)
             if expect != size:
                 raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, expected {expect} ({dim})")
-    if env:
-        _check_reductions_nonempty(func, env)
     return env
 
 
-def _check_reductions_nonempty(func: Func, env: Mapping[str, int]) -> None:
-    """Refuse sizes that leave a reduction with outputs to write but nothing to reduce.
+def check_reductions_nonempty(func: Func, env: Mapping[str, int]) -> None:
+    """Refuse symbol values that leave a reduction with outputs to write but nothing to reduce.
 
     The max of nothing has no value, and a sum of nothing would need its init hoisted out of loops that
     never run: the kernels initialise a reduction on its first step, so they would leave the output
     unwritten.  An error names the axis instead of returning memory nobody wrote.
     """
+    if not env:  # constant extents are at least 1 by construction
+        return
     for block in func.blocks:
         if block.reducer is None:
             continue
@@ -98,6 +98,7 @@ def run_reference(target: Any, inputs: Mapping[str, Any]) -> dict[str, np.ndarra
     if not isinstance(func, Func):
         raise ExecutionError(f"run_reference needs a Func or Schedule, got {type(target).__name__}")
     symbols = bind_symbols(func, inputs)
+    check_reductions_nonempty(func, symbols)
     buffers: dict[str, np.ndarray] = {}
     for buf in func.buffers:
         if buf.name in func.inputs:

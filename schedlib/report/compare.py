@@ -91,7 +91,8 @@ class _Timer:
         self._input_sets = [self._inputs] + [{n: a.copy() for n, a in self._inputs.items()}
                                              for _ in range(copies - 1)]
         self._flush = self._flush if self._flush is not None else l2_flush_buffer(self.profile.l2_bytes)
-        vendors = [vendor_fn(spec, s) for s in self._input_sets] if spec is not None else [None]
+        out = func.buffer(func.outputs[0]).dtype
+        vendors = [vendor_fn(spec, s, out) for s in self._input_sets] if spec is not None else [None]
         self.vendor = vendors[0]
         self.reference = self.vendor() if self.vendor is not None else None
         self._vendor_runs = round_robin(vendors) if self.vendor is not None else None

@@ -12,16 +12,21 @@ from schedlib.ir.dtype import is_float, numpy_dtype
 from schedlib.suites import WorkloadSpec
 
 
-def vendor_fn(spec: WorkloadSpec, inputs: Mapping[str, Any]) -> Callable[[], Any] | None:
+def vendor_fn(spec: WorkloadSpec, inputs: Mapping[str, Any], out_dtype: str | None = None
+              ) -> Callable[[], Any] | None:
     """A zero-argument callable computing ``spec`` with cupy on ``inputs`` (device arrays), or None.
 
     An integer output is converted to its type at the end, as the workload's final cast does (a gelu of an
-    int8 matmul truncates to int32)."""
+    int8 matmul truncates to int32).  ``out_dtype`` is the workload's output dtype where the caller has built
+    it (else it is built here)."""
     fn = _vendor(spec, inputs)
-    func = spec.build()
-    out = func.buffer(func.outputs[0]).dtype
+    if out_dtype is None:
+        func = spec.build()
+        out_dtype = func.buffer(func.outputs[0]).dtype
+    out = out_dtype
     if fn is None or is_float(out):
         return fn
+
     def narrowed() -> Any:
         y = fn()
         # the kernel rounds its float math to float32 before the cast (gelu(8) is 8 there, 7.99.. in float64)

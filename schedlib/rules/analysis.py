@@ -99,6 +99,19 @@ def epilogue_chain(func: Func, main: Block) -> list[Block] | str:
     return chain
 
 
+def reduction_view(func: Func) -> tuple[Func, Block, tuple[str, ...]] | str:
+    """The func's one reduction block as it reads after :func:`inline_prologue`: (that func, the block, the
+    stages inlined in the order a schedule inlines them); or why there is none."""
+    reductions = [b for b in func.blocks if b.reducer is not None]
+    if len(reductions) != 1:
+        return f"needs exactly one reduction block, found {len(reductions)}"
+    inlined = inline_prologue(func, reductions[0])
+    if isinstance(inlined, str):
+        return inlined
+    view, prologue = inlined
+    return view, view.block(reductions[0].name), prologue
+
+
 def inline_prologue(func: Func, main: Block) -> tuple[Func, tuple[str, ...]] | str:
     """``func`` with every stage before ``main`` inlined into its consumers, and those stages' names in the
     order a schedule inlines them; or why that cannot be done.

@@ -13,7 +13,7 @@ from schedlib.hw import HardwareProfile
 from schedlib.ir.expr import as_int
 from schedlib.ir.func import MAX_LANES, Func
 from schedlib.ir.schedule import Schedule
-from schedlib.rules.analysis import accesses, ceil_pow2, const_or, inline_prologue
+from schedlib.rules.analysis import accesses, ceil_pow2, const_or, reduction_view
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
 from schedlib.rules.cross_thread import (
     ReductionFacts,
@@ -28,13 +28,10 @@ SMALL = 8  # largest activation extent treated as a vector side
 
 
 def analyze_gemv(func: Func) -> ReductionFacts | str:
-    reductions = [b for b in func.blocks if b.reducer is not None]
-    if len(reductions) != 1:
-        return f"needs exactly one reduction block, found {len(reductions)}"
-    inlined = inline_prologue(func, reductions[0])  # a dequantised weight: its stages are inlined
-    if isinstance(inlined, str):
-        return inlined
-    view, prologue = inlined
+    found = reduction_view(func)  # a dequantised weight: its stages are inlined
+    if isinstance(found, str):
+        return found
+    view, _, prologue = found
     mm = analyze_matmul(view, scaled=True)
     if isinstance(mm, str):
         return mm
@@ -60,6 +57,16 @@ def analyze_gemv(func: Func) -> ReductionFacts | str:
             smalls, rows, split = (broadcast[0], small), (*shared, big), (broadcast[0], lanes)
     return ReductionFacts(mm.main, rows, smalls, (mm.k,), weight_contig == mm.k, mm.epilogue, mm.in_bytes,
                           prologue, split)
+
+
+def lane_sizes(func: Func, facts: ReductionFacts) -> dict[str, int]:
+    """Per small axis, the activation rows one pass holds a partial for (a split axis: its lanes).  Small
+    axes are constant: analyze_gemv plans a symbolic one as too large to be small."""
+    blk = func.block(facts.main)
+    sizes = {a: const_or(blk.axis(a).extent, 1) for a in facts.small}
+    if facts.lane_split is not None:
+        sizes[facts.lane_split[0]] = facts.lane_split[1]
+    return sizes
 
 
 class GemvRule(Rule):
@@ -92,36 +99,24 @@ class GemvRule(Rule):
         in more steps with its lanes' loads in flight, where 256 threads on one row take two steps and wait
         a memory round trip for each (the carver's model puts a batch-8 GEMV over a 14336 x 4096 weight at
         109 us that way, 36 us this way, on the H100 profile; batch 1 and 2 keep the wide rows, at the DRAM
-        floor).  Two
-        warps rather than one, and half the vector past 8 lanes: ptxas spilled 4-8 B of the one-warp fp16/bf16
-        batch-8 kernel on sm_80, and of 12-16 lanes at full vector width."""
+        floor).  Two warps rather than one, and half the vector past 8 lanes: ptxas spilled 4-8 B of the
+        one-warp fp16/bf16 batch-8 kernel on sm_80, and of 12-16 lanes at full vector width."""
         facts = self._facts(func)
         K = const_or(func.block(facts.main).axis(facts.reduce[0]).extent, 4096)
         vector = max(1, min(8, 16 // facts.in_bytes))
         if facts.inner:
-            lanes = self._lanes(func, facts)
+            lanes = math.prod(lane_sizes(func, facts).values())
             if lanes >= 4:  # past 8 lanes, half as wide: a lane's activation vector is registers too
                 return {"rows_per_block": 8, "threads_k": 64, "vector": vector if lanes <= 8 else max(1, vector // 2)}
             threads_k = max(32, min(256, ceil_pow2(-(-K // vector))))
             return {"rows_per_block": max(1, min(8, 256 // threads_k)), "threads_k": threads_k, "vector": vector}
         return outer_default()
 
-    @staticmethod
-    def _lanes(func: Func, facts: ReductionFacts) -> int:
-        """Activation rows a thread holds a partial for (the small axes, a split one at its lanes)."""
-        blk = func.block(facts.main)
-        sizes = {a: const_or(blk.axis(a).extent, 1) for a in facts.small}
-        if facts.lane_split is not None:
-            sizes[facts.lane_split[0]] = facts.lane_split[1]
-        return math.prod(sizes.values())
-
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
         facts = self._facts(func)
         blk = func.block(facts.main)
         full = {a.name: const_or(a.extent, 4096) for a in blk.axes}
-        tile = dict.fromkeys(facts.rows, 1) | {a: full[a] for a in (*facts.small, *facts.reduce)}
-        if facts.lane_split is not None:  # one pass holds that many of the axis's rows
-            tile[facts.lane_split[0]] = facts.lane_split[1]
+        tile = dict.fromkeys(facts.rows, 1) | lane_sizes(func, facts) | {a: full[a] for a in facts.reduce}
         if not facts.inner:
             return outer_tiling(func, facts, config, tile)
         tile[facts.rows[-1]] = config["rows_per_block"]

@@ -24,7 +24,7 @@ from schedlib.rules.analysis import (
     ceil_pow2,
     const_or,
     epilogue_chain,
-    inline_prologue,
+    reduction_view,
     stores_plainly,
 )
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
@@ -37,6 +37,7 @@ from schedlib.rules.cross_thread import (
 )
 from schedlib.rules.two_stage import (
     MAX_PARTIALS,
+    row_length,
     rows_count,
     schedule_two_stage,
     split_default,
@@ -47,14 +48,10 @@ WARP_ROW_LIMIT = 256  # rows up to this many elements get one warp each
 
 
 def analyze_reduction(func: Func) -> ReductionFacts | str:
-    reductions = [b for b in func.blocks if b.reducer is not None]
-    if len(reductions) != 1:
-        return f"needs exactly one reduction block, found {len(reductions)}"
-    inlined = inline_prologue(func, reductions[0])
-    if isinstance(inlined, str):
-        return inlined
-    view, prologue = inlined
-    main = view.block(reductions[0].name)
+    found = reduction_view(func)
+    if isinstance(found, str):
+        return found
+    view, main, prologue = found
     if not stores_plainly(main):
         return f"block {main.name} ({main.kinds}) must store at its spatial axes"
     index = walked_index(view, main)
@@ -113,13 +110,6 @@ class ReductionRule(Rule):
     def _facts(self, func: Func) -> ReductionFacts:
         return self._require(analyze_reduction(func))
 
-    def _length(self, func: Func, facts: ReductionFacts) -> int:
-        blk = func.block(facts.main)
-        n = 1
-        for a in facts.reduce:
-            n *= const_or(blk.axis(a).extent, 4096)
-        return n
-
     def space(self, func: Func, target: Any) -> Space:
         facts = self._facts(func)
         limit = target.max_threads_per_block
@@ -144,7 +134,7 @@ class ReductionRule(Rule):
 
     def default_config(self, func: Func, target: Any) -> Config:
         facts = self._facts(func)
-        length = self._length(func, facts)
+        length = row_length(func, facts)
         vector = max(1, min(4, 16 // facts.in_bytes))
         if not facts.inner:
             return outer_default()

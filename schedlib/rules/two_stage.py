@@ -29,6 +29,12 @@ def rows_count(func: Func, facts: ReductionFacts) -> int:
     return math.prod(const_or(blk.axis(a).extent, 4096) for a in facts.rows)
 
 
+def row_length(func: Func, facts: ReductionFacts) -> int:
+    """Elements each output reduces, symbolic extents planned at 4096."""
+    blk = func.block(facts.main)
+    return math.prod(const_or(blk.axis(a).extent, 4096) for a in facts.reduce)
+
+
 def split_default(rows: int, length: int, threads: int, vector: int, sm_count: int) -> int:
     """Blocks per row: enough that the grid holds about two blocks per SM, where the rows are long enough
     that each block still walks several steps; 1 (one stage) otherwise."""
@@ -95,7 +101,7 @@ def two_stage_tiling(func: Func, facts: ReductionFacts, config: Config) -> Tilin
     threads, vector = config["threads_k"], config["vector"]
     outermost = facts.reduce[0]
     inner = math.prod(tile[a] for a in facts.reduce[1:])  # elements per index of the outermost reduce axis
-    length = tile[outermost] * inner
+    length = row_length(func, facts)
     chunk = max(threads * vector, -(-length // config["blocks_per_row"]))
     tile[outermost] = max(1, min(tile[outermost], -(-chunk // inner)))
     thread_tile = {facts.rows[-1]: 1} if facts.rows else {}

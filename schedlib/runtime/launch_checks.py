@@ -12,7 +12,7 @@ import numpy as np
 from schedlib.codegen.layout import check_index_range
 from schedlib.errors import ShapeError
 from schedlib.ir.func import Func
-from schedlib.ir.reference import bind_symbols
+from schedlib.ir.reference import bind_symbols, check_reductions_nonempty
 from schedlib.runtime.index_range import INT32_MAX, INT32_MIN, check_iteration_cover, exact_int
 
 
@@ -48,6 +48,7 @@ def bound_symbols(func: Func, inputs: Mapping[str, Any], cache: LaunchCache | No
                              f"{' / '.join(holders) or '?'}) does not fit the kernel's 32-bit int parameter "
                              f"(at most {INT32_MAX:,})")
     if symbols:  # constant sizes were checked when the kernel was built
+        check_reductions_nonempty(func, symbols)
         check_index_range(func, symbols)
         check_iteration_cover(func, symbols, func.name)
     if cache is not None:
