@@ -53,10 +53,21 @@ def _accum(dtype: str, accum_dtype: str | None) -> str:
     return "float32" if is_float(dtype) else "int32"
 
 
-def _epilogue_type(acc: str, out: str) -> str:
-    """The type an epilogue computes in: the accumulator's, except that an integer accumulator under a float
-    output is converted first, so that a float bias is added as it is rather than truncated to an integer."""
-    return out if is_float(out) and not is_float(acc) else acc
+def _epilogue(x: Expr, epilogue: str | None, added: Expr | None, acc: str, out: str) -> Expr:
+    """A matmul's or GEMV's element-wise epilogue of accumulator ``x``: ``added`` (a bias or residual element)
+    first, then relu or gelu, cast to ``out``.  It computes in the accumulator's type, except that an integer
+    accumulator under a float output is converted first, so that a float bias is added as it is rather than
+    truncated to an integer."""
+    ct = out if is_float(out) and not is_float(acc) else acc
+    if ct != acc:
+        x = x.astype(ct)
+    if added is not None:
+        x = x + added.astype(ct)
+    if epilogue in ("relu", "bias_relu"):
+        x = _relu(x)
+    if epilogue == "gelu":
+        x = _gelu(x)
+    return x.astype(out)
 
 
 def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: str = "float32",
@@ -94,19 +105,9 @@ def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: st
     if epilogue is None and out == acc:
         return make_func([A, B, C], "matmul")
 
-    ct = _epilogue_type(acc, out)
-
     def epi(*idx: Expr) -> Expr:
-        x = C[idx].astype(ct) if ct != acc else C[idx]
-        if epilogue in ("bias", "bias_relu"):
-            x = x + extra[0][idx[-1]].astype(ct)
-        if epilogue == "residual":
-            x = x + extra[0][idx].astype(ct)
-        if epilogue in ("relu", "bias_relu"):
-            x = _relu(x)
-        if epilogue == "gelu":
-            x = _gelu(x)
-        return x.astype(out)
+        added = extra[0][idx[-1]] if epilogue in ("bias", "bias_relu") else extra[0][idx] if extra else None
+        return _epilogue(C[idx], epilogue, added, acc, out)
 
     D = te.compute(C.shape, epi, "D")
     return make_func([A, B, *extra, D], "matmul" if epilogue is None else f"matmul_{epilogue}")
@@ -153,17 +154,8 @@ def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: 
     if epilogue is None and out == acc:
         return make_func([X, W, *quant, C], name)
 
-    ct = _epilogue_type(acc, out)
-
     def epi(b: Expr, n: Expr) -> Expr:
-        x = C[b, n].astype(ct) if ct != acc else C[b, n]
-        if extra:
-            x = x + extra[0][n].astype(ct)
-        if epilogue in ("relu", "bias_relu"):
-            x = _relu(x)
-        if epilogue == "gelu":
-            x = _gelu(x)
-        return x.astype(out)
+        return _epilogue(C[b, n], epilogue, extra[0][n] if extra else None, acc, out)
 
     D = te.compute((batch, N), epi, "D")
     return make_func([X, W, *quant, *extra, D], name)
