@@ -139,7 +139,7 @@ def prepare_on_gpu(kernel: Any, arrays: Sequence[Any]) -> PreparedLaunch:
                                  "aligned; pass a freshly allocated array")
             arrays[i] = cp.array(a, copy=True)  # vector loads need 16-byte alignment
     inputs, outputs = kernel._split_args(arrays)
-    symbols = bound_symbols(func, inputs, kernel._launch_cache)
+    symbols = bound_symbols(func, inputs, kernel._launch_cache, kernel.declared)
     args: dict[str, Any] = {}
     for name, arr in inputs.items():
         args[name] = _device_bf16(cp, arr) if func.buffer(name).dtype == "bfloat16" else cp.ascontiguousarray(arr)

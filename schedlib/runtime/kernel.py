@@ -69,9 +69,12 @@ class LaunchSpec:
 class Kernel:
     """Generated CUDA for one scheduled Func, plus ways to run and check it."""
 
-    def __init__(self, module: CudaModule, arch: str, target: Any = None) -> None:
+    def __init__(self, module: CudaModule, arch: str, target: Any = None, declared: Func | None = None) -> None:
         self.module = module
         self.func: Func = module.func
+        # the func as the user wrote it, before scheduling: errors about its sizes name the user's axes (a
+        # two-stage schedule's reduce axes are split and renamed)
+        self.declared: Func = declared if declared is not None else module.func
         self.arch = arch
         self.target = target
         self.launch: tuple[LaunchSpec, ...] = tuple(
@@ -153,7 +156,7 @@ class Kernel:
         given = inputs  # as passed: a strided input copied below would hide its overlap (the GPU path refuses it)
         # np.asarray(order="C"), not np.ascontiguousarray, which turns a 0-d input into a 1-element 1-d one
         inputs = {k: np.asarray(v, order="C") for k, v in inputs.items()}
-        symbols = bound_symbols(self.func, inputs, self._launch_cache)
+        symbols = bound_symbols(self.func, inputs, self._launch_cache, self.declared)
         if outputs is None:
             outputs = {n: np.full(s, np.nan if numpy_dtype(self.func.buffer(n).dtype).kind == "f" else 0,
                                   dtype=numpy_dtype(self.func.buffer(n).dtype))
@@ -257,7 +260,8 @@ def build(schedule: Any, target: Any = "h100") -> Kernel:
         raise BuildError(f"build needs a Schedule or Func, got {type(schedule).__name__}")
     arch, profile = _arch(target)
     module = generate(func)
-    return Kernel(module, module.arch or arch, profile)
+    declared = getattr(schedule, "original", None)
+    return Kernel(module, module.arch or arch, profile, declared if isinstance(declared, Func) else None)
 
 
 def _arch(target: Any) -> tuple[str, Any]:

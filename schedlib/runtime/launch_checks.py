@@ -33,9 +33,11 @@ class LaunchCache:
         self.entries[key] = None
 
 
-def bound_symbols(func: Func, inputs: Mapping[str, Any], cache: LaunchCache | None = None) -> dict[str, int]:
+def bound_symbols(func: Func, inputs: Mapping[str, Any], cache: LaunchCache | None = None,
+                  declared: Func | None = None) -> dict[str, int]:
     """The symbol values of ``inputs``, refused where the kernel could not index with them (checked once per
-    set of values when a ``cache`` is given)."""
+    set of values when a ``cache`` is given).  ``declared`` is ``func`` before scheduling: an empty reduction
+    is named by its axes there (the user's names, not those of the split loops)."""
     symbols = bind_symbols(func, inputs)
     key = tuple(sorted(symbols.items()))
     if cache is not None and key in cache.entries:
@@ -48,7 +50,7 @@ def bound_symbols(func: Func, inputs: Mapping[str, Any], cache: LaunchCache | No
                              f"{' / '.join(holders) or '?'}) does not fit the kernel's 32-bit int parameter "
                              f"(at most {INT32_MAX:,})")
     if symbols:  # constant sizes were checked when the kernel was built
-        check_reductions_nonempty(func, symbols)
+        check_reductions_nonempty(declared if declared is not None else func, symbols)
         check_index_range(func, symbols)
         check_iteration_cover(func, symbols, func.name)
     if cache is not None:

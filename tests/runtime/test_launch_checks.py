@@ -184,3 +184,19 @@ def test_an_empty_reduction_is_refused_on_both_paths(monkeypatch: pytest.MonkeyP
         kernel(on_device(np.zeros((4, 0), np.float32)))
     assert device.launches == []
     np.testing.assert_array_equal(kernel.run_cpu(np.ones((4, 5), np.float32)), np.full(4, 5.0, np.float32))
+
+
+@needs_gxx
+def test_an_empty_two_stage_reduction_names_the_users_axis() -> None:
+    """A two-stage schedule splits and renames the reduce axis; the refusal still names the axis as declared."""
+    n = sl.var("n")
+    x = sl.placeholder((n,), "float32", "X")
+    i = sl.reduce_axis(n, "i")
+    total = sl.func([x, sl.compute((), lambda: sl.sum(x[i], axis=i), "Y")], "total")
+    config = {"rows_per_block": 1, "threads_k": 64, "vector": 4, "blocks_per_row": 8}
+    s = sl.rules.get_rule("reduction").apply(total, "h100", config)
+    assert s is not None and "Y_rf" in s.blocks  # two stages: the partials block exists
+    kernel = sl.build(s, "h100")
+    with pytest.raises(ShapeError, match=r"block Y reduces over axis i of extent n = 0 .*\(n=0\)"):
+        kernel.run_cpu(np.zeros((0,), np.float32))
+    assert kernel.run_cpu(np.ones((5000,), np.float32)) == 5000.0
