@@ -193,49 +193,83 @@ def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: 
     return make_func([X, count], "reduce_mean")
 
 
-def softmax(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32") -> Func:
-    """Row-wise softmax, computed in float32: max, exp, sum, normalise."""
+def _norm_axis(workload: str, axis: Any) -> bool:
+    """Whether a row-wise workload reduces its first axis (``axis=0``) rather than its last (-1 or 1)."""
+    if isinstance(axis, bool) or axis not in (-1, 0, 1):
+        raise IRError(f"{workload}: axis={axis!r}; expected -1/1 (last) or 0 (first)")
+    return axis == 0
+
+
+def softmax(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", axis: int = -1) -> Func:
+    """Softmax over each row (``axis=-1``) or each column (``axis=0``), computed in float32: max, exp, sum,
+    normalise."""
     rows, cols = _size("softmax", "rows", rows), _size("softmax", "cols", cols)
+    first = _norm_axis("softmax", axis)
     X = te.placeholder((rows, cols), check_dtype(dtype), "X")
-    k1, k2 = te.reduce_axis(cols, "k"), te.reduce_axis(cols, "k")
-    mx = te.compute((rows,), lambda i: te.max(X[i, k1].astype("float32"), axis=k1), "T_max")
-    ex = te.compute((rows, cols), lambda i, j: te.exp(X[i, j].astype("float32") - mx[i]), "T_exp")
-    sm = te.compute((rows,), lambda i: te.sum(ex[i, k2], axis=k2), "T_sum")
-    # one reciprocal per row, then a multiply per element: nvcc hoists the loop-invariant 1 / sum, where
+    n, kept = (rows, cols) if first else (cols, rows)
+    k1, k2 = te.reduce_axis(n, "k"), te.reduce_axis(n, "k")
+
+    def at(i: Expr, k: Expr) -> tuple[Expr, Expr]:  # X's index of element k of the line i reduces
+        return (k, i) if first else (i, k)
+
+    def line(i: Expr, j: Expr) -> Expr:  # the reduced line element (i, j) belongs to
+        return j if first else i
+
+    mx = te.compute((kept,), lambda i: te.max(X[at(i, k1)].astype("float32"), axis=k1), "T_max")
+    ex = te.compute((rows, cols), lambda i, j: te.exp(X[i, j].astype("float32") - mx[line(i, j)]), "T_exp")
+    sm = te.compute((kept,), lambda i: te.sum(ex[at(i, k2)], axis=k2), "T_sum")
+    # one reciprocal per line, then a multiply per element: nvcc hoists the loop-invariant 1 / sum, where
     # a division per element costs a reciprocal, a refinement and a slow-path check each
-    Y = te.compute((rows, cols), lambda i, j: (ex[i, j] * (1.0 / sm[i])).astype(dtype), "Y")
+    Y = te.compute((rows, cols), lambda i, j: (ex[i, j] * (1.0 / sm[line(i, j)])).astype(dtype), "Y")
     return make_func([X, Y], "softmax")
 
 
-def rmsnorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", eps: float = 1e-6) -> Func:
-    """``y = x * rsqrt(mean(x^2) + eps) * w`` over each row."""
+def rmsnorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", eps: float = 1e-6,
+            axis: int = -1) -> Func:
+    """``y = x * rsqrt(mean(x^2) + eps) * w`` over each row (``axis=-1``) or each column (``axis=0``); the
+    weight ``W`` runs along the columns either way."""
     rows, cols = _size("rmsnorm", "rows", rows), _size("rmsnorm", "cols", cols)
+    first = _norm_axis("rmsnorm", axis)
     X = te.placeholder((rows, cols), check_dtype(dtype), "X")
     Wt = te.placeholder((cols,), dtype, "W")
-    k = te.reduce_axis(cols, "k")
-    ss = te.compute((rows,), lambda i: te.sum(X[i, k].astype("float32") * X[i, k].astype("float32"), axis=k),
-                    "T_sumsq")
-    n = binary("+", cols, 0).astype("float32")
-    Y = te.compute((rows, cols), lambda i, j: (X[i, j].astype("float32") * te.rsqrt(ss[i] / n + eps)
+    n, kept = (rows, cols) if first else (cols, rows)
+    k = te.reduce_axis(n, "k")
+
+    def x(i: Expr, r: Expr) -> Expr:  # element r of line i, in float32
+        return (X[r, i] if first else X[i, r]).astype("float32")
+
+    ss = te.compute((kept,), lambda i: te.sum(x(i, k) * x(i, k), axis=k), "T_sumsq")
+    count = binary("+", n, 0).astype("float32")
+    Y = te.compute((rows, cols), lambda i, j: (X[i, j].astype("float32") * te.rsqrt(ss[j if first else i] / count
+                                                                                   + eps)
                                                * Wt[j].astype("float32")).astype(dtype), "Y")
     return make_func([X, Wt, Y], "rmsnorm")
 
 
-def layernorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", eps: float = 1e-5) -> Func:
-    """``y = (x - mean) * rsqrt(var + eps) * gamma + beta``; one pass computes sum and sum of squares."""
+def layernorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", eps: float = 1e-5,
+              axis: int = -1) -> Func:
+    """``y = (x - mean) * rsqrt(var + eps) * gamma + beta`` over each row (``axis=-1``) or each column
+    (``axis=0``, a batch norm's statistics); one pass computes sum and sum of squares, ``gamma`` and ``beta``
+    run along the columns either way."""
     rows, cols = _size("layernorm", "rows", rows), _size("layernorm", "cols", cols)
+    first = _norm_axis("layernorm", axis)
     X = te.placeholder((rows, cols), check_dtype(dtype), "X")
     G = te.placeholder((cols,), dtype, "gamma")
     Bt = te.placeholder((cols,), dtype, "beta")
-    k1, k2 = te.reduce_axis(cols, "k"), te.reduce_axis(cols, "k")
-    s1 = te.compute((rows,), lambda i: te.sum(X[i, k1].astype("float32"), axis=k1), "T_sum")
-    s2 = te.compute((rows,), lambda i: te.sum(X[i, k2].astype("float32") * X[i, k2].astype("float32"), axis=k2),
-                    "T_sumsq")
-    n = binary("+", cols, 0).astype("float32")
+    n, kept = (rows, cols) if first else (cols, rows)
+    k1, k2 = te.reduce_axis(n, "k"), te.reduce_axis(n, "k")
+
+    def x(i: Expr, r: Expr) -> Expr:  # element r of line i, in float32
+        return (X[r, i] if first else X[i, r]).astype("float32")
+
+    s1 = te.compute((kept,), lambda i: te.sum(x(i, k1), axis=k1), "T_sum")
+    s2 = te.compute((kept,), lambda i: te.sum(x(i, k2) * x(i, k2), axis=k2), "T_sumsq")
+    count = binary("+", n, 0).astype("float32")
 
     def norm(i: Expr, j: Expr) -> Expr:
-        mean = s1[i] / n
-        var = te.maximum(s2[i] / n - mean * mean, 0.0)
+        line = j if first else i
+        mean = s1[line] / count
+        var = te.maximum(s2[line] / count - mean * mean, 0.0)
         y = (X[i, j].astype("float32") - mean) * te.rsqrt(var + eps)
         return (y * G[j].astype("float32") + Bt[j].astype("float32")).astype(dtype)
 

@@ -50,23 +50,26 @@ def _vendor(spec: WorkloadSpec, inputs: Mapping[str, Any]) -> Callable[[], Any] 
         return lambda: _epilogue(cp, cp.matmul(a, b), p.get("epilogue"), inputs)
     if spec.kind == "gemv":
         return _gemv(cp, p, inputs)
+    line = 0 if p.get("axis") == 0 else 1  # the axis a reduce, softmax or norm workload reduces
     if spec.kind == "reduce":
-        axis = 0 if p.get("axis") == 0 else 1
         op = p.get("op", "sum")
-        table = {"sum": lambda: x.sum(axis=axis), "max": lambda: x.max(axis=axis), "min": lambda: x.min(axis=axis),
-                 "mean": lambda: x.mean(axis=axis), "sumsq": lambda: (x * x).sum(axis=axis)}
+        table = {"sum": lambda: x.sum(axis=line), "max": lambda: x.max(axis=line), "min": lambda: x.min(axis=line),
+                 "mean": lambda: x.mean(axis=line), "sumsq": lambda: (x * x).sum(axis=line)}
         return table[op]
     if spec.kind == "softmax":
         def softmax() -> Any:
-            e = cp.exp(x - x.max(axis=1, keepdims=True))
-            return e / e.sum(axis=1, keepdims=True)
+            e = cp.exp(x - x.max(axis=line, keepdims=True))
+            return e / e.sum(axis=line, keepdims=True)
         return softmax
     if spec.kind == "rmsnorm":
         w = inputs["W"]
-        return lambda: x * (1 / cp.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6)) * w
+        eps = p.get("eps", 1e-6)
+        return lambda: x * (1 / cp.sqrt((x * x).mean(axis=line, keepdims=True) + eps)) * w
     if spec.kind == "layernorm":
         g, b = inputs["gamma"], inputs["beta"]
-        return lambda: (x - x.mean(axis=1, keepdims=True)) / cp.sqrt(x.var(axis=1, keepdims=True) + 1e-5) * g + b
+        eps = p.get("eps", 1e-5)
+        return lambda: ((x - x.mean(axis=line, keepdims=True)) / cp.sqrt(x.var(axis=line, keepdims=True) + eps)
+                        * g + b)
     if spec.kind == "transpose":
         return lambda: cp.ascontiguousarray(x.T)
     if spec.kind == "elementwise":

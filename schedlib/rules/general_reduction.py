@@ -1,7 +1,9 @@
 """GeneralReduction rule: softmax, layernorm, RMSNorm and kin, recognised by structure.
 
-Pattern: the output block is element-wise over (rows..., cols); every other stage is either a reduction
-over ``cols`` that keeps the rows, or element-wise over the output's shape.  One thread block per row:
+Pattern (:mod:`schedlib.rules.general_reduction_facts`): the output block is element-wise over (rows...,
+cols); every other stage is either a reduction over ``cols`` that keeps the rows, or element-wise over the
+output's shape.  A reduction over another axis (``softmax(X, dim=0)``) takes the column layout instead, with
+its own knobs (:mod:`schedlib.rules.column_reduction`).  The row layout gives one thread block per row:
 element-wise intermediates are inlined (recomputed where used), every reduction keeps its per-row result
 in a register (cache_write local, then the copy is inlined away) and reduces across the row's threads.
 
@@ -15,81 +17,18 @@ length and the card's L2, so it is a knob for the carver and the search, not a f
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 from schedlib.hw import HardwareProfile
-from schedlib.ir.dtype import BYTES
-from schedlib.ir.expr import as_int
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
-from schedlib.rules.analysis import accesses, ceil_pow2, const_or, is_elementwise, stores_plainly
+from schedlib.rules.analysis import ceil_pow2
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
+from schedlib.rules.column_reduction import column_default, column_space, column_tiling, schedule_columns
+from schedlib.rules.general_reduction_facts import GeneralReductionFacts, analyze_general_reduction
 
 # A staged row's copy loop is unrolled up to this many steps, so that its loads are all in flight at once.
 MAX_UNROLLED_COPY_STEPS = 16
-
-
-@dataclass(frozen=True)
-class GeneralReductionFacts:
-    output: str
-    reductions: tuple[str, ...]
-    elementwise: tuple[str, ...]
-    in_bytes: int
-    cols: int
-    row_input: str | None  # the input every pass reads row by row (what ``stage_row`` copies), if any
-    row_passes: int  # passes reading it: reductions and the output, element-wise stages inlined
-    row_bytes: int | None  # bytes of one row of ``row_input``; None for a symbolic row length
-
-
-def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
-    computed = func.blocks
-    out = computed[-1]
-    if len(func.outputs) != 1 or out.store != func.outputs[0]:
-        return "needs a single output written by the last stage"
-    reductions = [b for b in computed if b.reducer is not None]
-    if not reductions or len(computed) < 2:
-        return "needs at least one reduction feeding an element-wise output"
-    if not is_elementwise(out) or len(out.axes) < 2:
-        return f"output block {out.name} must be element-wise over (rows..., cols)"
-    rows = [a.extent for a in out.axes[:-1]]
-    cols = out.axes[-1].extent
-    for b in computed[:-1]:
-        if b.reducer is not None:
-            spatial = [a.extent for a in b.axes if a.kind == "S"]
-            red = [a.extent for a in b.axes if a.kind == "R"]
-            if spatial != rows or red != [cols] or not stores_plainly(b):
-                return f"reduction {b.name} does not reduce the output's last axis row by row"
-            if any(not acc.plain for acc in accesses(b)):
-                return f"reduction {b.name} reads at non-plain indices"
-        elif not is_elementwise(b) or [a.extent for a in b.axes] != [*rows, cols]:
-            return f"block {b.name} is neither a row reduction nor element-wise over the output shape"
-    x = next(iter(func.inputs))
-    row_input, passes = _row_input(func, [*rows, cols])
-    fixed = as_int(cols)
-    row_bytes = None if fixed is None or row_input is None else fixed * BYTES[func.buffer(row_input).dtype]
-    return GeneralReductionFacts(out.name, tuple(b.name for b in reductions),
-                                 tuple(b.name for b in computed[:-1] if b.reducer is None),
-                                 BYTES[func.buffer(x).dtype], const_or(cols, 4096), row_input, passes, row_bytes)
-
-
-def _row_input(func: Func, shape: list) -> tuple[str | None, int]:
-    """The input shaped like the output that most passes read (element-wise stages count as part of the
-    reduction or output stage they are inlined into), and that count."""
-    reads: dict[str, set[str]] = {}  # block -> inputs it reads once element-wise stages are inlined
-    for b in func.blocks:
-        reads[b.name] = {n for n in b.read_buffers if n in func.inputs}
-        for n in b.read_buffers:
-            producer = func.producers(n)
-            if producer and producer[0].reducer is None:
-                reads[b.name] |= reads.get(producer[0].name, set())
-    passes = [b.name for b in func.blocks if b.reducer is not None or b.store in func.outputs]
-    best: tuple[str | None, int] = (None, 0)
-    for name in func.inputs:
-        count = sum(name in reads[p] for p in passes)
-        if list(func.buffer(name).shape) == shape and count > best[1]:
-            best = (name, count)
-    return best if best[1] >= 2 else (None, best[1])
 
 
 class GeneralReductionRule(Rule):
@@ -102,24 +41,31 @@ class GeneralReductionRule(Rule):
         return self._require(analyze_general_reduction(func))
 
     def space(self, func: Func, target: Any) -> Space:
+        facts = self._facts(func)
+        if facts.column:
+            return column_space(self.name, target)
         limit = target.max_threads_per_block
         return Space(self.name, (
             Knob("threads", pow2_range(32, limit), "threads per row (one thread block per row)"),
             Knob("unroll", (1, 2, 4, 8), "consecutive elements each thread handles per step (one vector access "
                  "when aligned and at most 16 bytes)"),
             Knob("stage_row", (False, True), "copy the row into shared memory once; every pass reads it there"),
-        ), check=functools.partial(_check, self._facts(func), target))
+        ), check=functools.partial(_check, facts, target))
 
     def default_config(self, func: Func, target: Any) -> Config:
         """About 8 columns per thread; each step a 16-byte run per thread where the row holds enough of them
         (4 fp32 or 8 fp16 columns), else 4 columns, else 1."""
         facts = self._facts(func)
+        if facts.column:
+            return column_default(func, facts, target)
         threads = min(max(32, min(1024, ceil_pow2(-(-facts.cols // 8)))), target.max_threads_per_block)
         unroll = next((u for u in (16 // facts.in_bytes, 4) if u <= 8 and facts.cols >= u * threads), 1)
         return {"threads": threads, "unroll": unroll, "stage_row": False}
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
         facts = self._facts(func)
+        if facts.column:
+            return column_tiling(func, facts, config)
         out = func.block(facts.output)
         tile = {a.name: 1 for a in out.axes[:-1]} | {out.axes[-1].name: facts.cols}
         staged = bool(config.get("stage_row")) and facts.row_input is not None
@@ -132,6 +78,8 @@ class GeneralReductionRule(Rule):
 
     def schedule(self, func: Func, facts: GeneralReductionFacts, config: Config,
                  target: HardwareProfile) -> Schedule:
+        if facts.column:
+            return schedule_columns(func, facts, config)
         s = Schedule(func)
         for name in facts.elementwise:
             s.compute_inline(name)

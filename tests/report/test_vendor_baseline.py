@@ -43,6 +43,10 @@ SPECS = [
     "softmax:rows=6,cols=70",
     "rmsnorm:rows=6,cols=70",
     "layernorm:rows=6,cols=70",
+    "softmax:rows=70,cols=6,axis=0",
+    "rmsnorm:rows=70,cols=6,axis=0,eps=0.5",
+    "layernorm:rows=70,cols=6,axis=0,eps=0.25",
+    "rmsnorm:rows=6,cols=70,eps=2.0",
     "transpose:M=12,N=20",
     "elementwise:shape=8x30,chain=add+gelu",
 ]
