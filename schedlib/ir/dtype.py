@@ -106,3 +106,15 @@ def promote(a: str, b: str) -> str:
     if rank[a] == rank[b]:  # float16 with bfloat16: no common half type
         return "float32"
     return a if rank[a] > rank[b] else b
+
+
+def int_range(dtype: str) -> tuple[int, int]:
+    """The smallest and largest value of an integer dtype."""
+    info = np.iinfo(_NUMPY[dtype])
+    return int(info.min), int(info.max)
+
+
+def fits(value: int, dtype: str) -> bool:
+    """Whether the integer ``value`` is representable in the integer ``dtype``."""
+    lo, hi = int_range(dtype)
+    return lo <= value <= hi

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from schedlib.errors import IRError
-from schedlib.ir.dtype import canonical_dtype, is_float, is_int, promote
+from schedlib.ir.dtype import canonical_dtype, fits, int_range, is_float, is_int, promote
 
 ExprLike = Union["Expr", int, float, bool]
 
@@ -177,7 +177,13 @@ def const(value: ExprLike, dtype: str | None = None) -> Expr:
     if isinstance(value, bool):
         return Const(value, dtype or "bool")
     if isinstance(value, int):
-        return Const(value, dtype or "int32")
+        dtype = dtype or "int32"
+        # int8 is data only; int32 also carries indices, whose range the shape and launch checks police
+        if dtype == "int8" and not fits(value, dtype):
+            lo, hi = int_range(dtype)
+            raise IRError(f"constant {value} does not fit {dtype} ({lo} to {hi}); cast the operand to a wider "
+                          "type first (.astype('int32'))")
+        return Const(value, dtype)
     if isinstance(value, float):
         return Const(value, dtype or "float32")
     if hasattr(value, "dtype") and hasattr(value, "item"):  # numpy scalar
@@ -210,7 +216,10 @@ def binary(op: str, a: ExprLike, b: ExprLike) -> Expr:
     else:
         raise IRError(f"unknown binary operator {op!r}")
     if isinstance(x, Const) and isinstance(y, Const):
-        return Const(_fold(op, x.value, y.value), dtype)
+        value = _fold(op, x.value, y.value)
+        if dtype == "int8":  # wraps as int8 arithmetic on arrays does (wider ints are index math: kept exact)
+            value = (int(value) + 128) % 256 - 128
+        return Const(value, dtype)
     if is_int(dtype) or dtype == "bool":
         folded = _identity(op, x, y)
         if folded is not None:

@@ -195,12 +195,13 @@ def from_affine(terms: Mapping[Expr, int], c: int, dtype: str = "int32") -> Expr
 
 
 def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
-    """Canonicalize integer arithmetic and drop provably redundant ``//``, ``%`` and comparisons."""
+    """Canonicalize integer index arithmetic and drop provably redundant ``//``, ``%`` and comparisons.
+    Arithmetic on loaded values is left as written (see :func:`_reads_data`)."""
     rng = ranges or {}
 
     def go(x: Expr) -> Expr:
         x = map_children(x, go)
-        if not isinstance(x, Binary):
+        if not isinstance(x, Binary) or _reads_data(x):
             return x
         if is_int(x.dtype) and x.op in ("+", "-", "*"):
             terms, c = _fold_divmod(*to_affine(x))
@@ -229,6 +230,13 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
         return x
 
     return go(e)
+
+
+def _reads_data(e: Binary) -> bool:
+    """Whether ``e`` computes on loaded values rather than indices.  Such integer arithmetic wraps at its
+    dtype's width (``int8(100) * 2 // 2`` is -28, not 100), which the affine algebra here does not model: it
+    is left as written, so a schedule never changes what a func computes."""
+    return any(isinstance(n, Load) for n in walk(e))
 
 
 def _fold_divmod(terms: dict[Expr, int], c: int) -> Affine:
