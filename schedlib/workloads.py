@@ -161,6 +161,13 @@ def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: 
     return make_func([X, W, *quant, *extra, D], name)
 
 
+def _norm_axis(workload: str, axis: Any) -> bool:
+    """Whether a row-wise workload reduces its first axis (``axis=0``) rather than its last (-1 or 1)."""
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) or axis not in (-1, 0, 1):
+        raise IRError(f"{workload}: axis={axis!r}; expected -1/1 (last) or 0 (first)")
+    return axis == 0
+
+
 def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: int = -1,
            dtype: str = "float32") -> Func:
     """Reduce a rows x cols matrix over its last (``axis=-1``/1) or first (``axis=0``) axis.
@@ -171,9 +178,7 @@ def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: 
     check_dtype(dtype)
     if op not in REDUCE_OPS:
         raise IRError(f"reduce: op={op!r}; expected one of {REDUCE_OPS}")
-    if axis not in (-1, 0, 1):
-        raise IRError(f"reduce: axis={axis!r}; expected -1/1 (last) or 0 (first)")
-    last = axis != 0
+    last = not _norm_axis("reduce", axis)
     X = te.placeholder((rows, cols), dtype, "X")
     r = te.reduce_axis(cols if last else rows, "r")
     acc = _accum(dtype, None) if op in ("sum", "mean", "sumsq") else dtype
@@ -191,13 +196,6 @@ def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: 
     mean_dtype = acc if is_float(acc) else "float32"  # an integer mean is fractional, as numpy's is
     count = te.compute((kept,), lambda i: R[i].astype(mean_dtype) / binary("+", n, 0).astype(mean_dtype), "D")
     return make_func([X, count], "reduce_mean")
-
-
-def _norm_axis(workload: str, axis: Any) -> bool:
-    """Whether a row-wise workload reduces its first axis (``axis=0``) rather than its last (-1 or 1)."""
-    if isinstance(axis, bool) or axis not in (-1, 0, 1):
-        raise IRError(f"{workload}: axis={axis!r}; expected -1/1 (last) or 0 (first)")
-    return axis == 0
 
 
 def softmax(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", axis: int = -1) -> Func:

@@ -300,15 +300,24 @@ def make_func(tensors: list[Any], name: str = "main") -> Func:
     for p in placeholders:
         if p not in given_inputs:
             raise IRError(f"sl.func: stage reads placeholder {p.name}, which is not among the arguments")
+    for group in (given_inputs, outputs):
+        names = [t.name for t in group]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise IRError(f"sl.func: {', '.join(twice)} listed more than once; list each tensor once")
+    unread = [t.name for t in given_inputs if t not in placeholders]
+    if unread:
+        raise IRError(f"sl.func: input {', '.join(unread)} is read by no stage of the outputs; leave it out")
 
     symbols: list[str] = []
-    buffers: list[Buffer] = []
-    blocks: list[Block] = []
     for t in order:
         for d in t.shape:
             for v in sorted(free_vars(d)):
                 if v not in symbols:
                     symbols.append(v)
+    buffers: list[Buffer] = []
+    blocks: list[Block] = []
+    for t in order:
         buffers.append(Buffer(t.name, t.shape, t.dtype))
         if t.is_placeholder:
             continue
@@ -320,12 +329,17 @@ def make_func(tensors: list[Any], name: str = "main") -> Func:
             reducer, raxes = body.op, body.axes
             init = identity(body.op, body.dtype)
             body = body.source
-        axes = [Axis(a.name, a.extent, "S") for a in t.axes] + [Axis(a.name, a.extent, "R") for a in raxes]
+        declared = [a.name for a in (*t.axes, *raxes)]
+        if len(set(declared)) != len(declared):
+            raise IRError(f"stage {t.name}: axis names {declared} repeat")
+        # An axis named like a dimension (``i`` in a matmul of M = sl.var("i")) is renamed: axis names are the
+        # stage's own, a dimension's name is the user's.
+        renamed = _unclash(declared, set(symbols))
+        axes = ([Axis(renamed[a.name], a.extent, "S") for a in t.axes]
+                + [Axis(renamed[a.name], a.extent, "R") for a in raxes])
         names = [a.name for a in axes]
-        if len(set(names)) != len(names):
-            raise IRError(f"stage {t.name}: axis names {names} repeat")
         # Plain Vars in the IR: AxisVar carries front-end metadata only.
-        strip = {a.name: Var(a.name) for a in axes}
+        strip = {old: Var(new) for old, new in renamed.items()}
 
         def to_ir(e: Expr, strip: dict[str, Var] = strip, stage: str = t.name) -> Expr:
             if isinstance(e, AxisVar):
@@ -348,16 +362,29 @@ def make_func(tensors: list[Any], name: str = "main") -> Func:
             bindings=tuple(lp.var for lp in loops),
             loops=loops,
             store=t.name,
-            store_indices=tuple(Var(a.name) for a in t.axes),
+            store_indices=tuple(Var(renamed[a.name]) for a in t.axes),
             value=value,
             reducer=reducer,
             init=init,
         ))
-    clash = set(symbols) & {a.name for b in blocks for a in b.axes}
-    if clash:
-        raise IRError(f"sl.func: names {sorted(clash)} are used both as dimensions and as axes")
     return Func(name, tuple(p.name for p in given_inputs), tuple(t.name for t in outputs), tuple(buffers),
                 tuple(blocks), tuple(symbols))
+
+
+def _unclash(names: list[str], taken: set[str]) -> dict[str, str]:
+    """Each axis name, or ``name_1``, ``name_2``, ... where it is a dimension's name."""
+    out: dict[str, str] = {}
+    used = taken | set(names)
+    for n in names:
+        if n not in taken:
+            out[n] = n
+            continue
+        k = 1
+        while f"{n}_{k}" in used:
+            k += 1
+        out[n] = f"{n}_{k}"
+        used.add(out[n])
+    return out
 
 
 def const_extent(e: Expr) -> int | None:

@@ -12,6 +12,7 @@ import pytest
 import schedlib as sl
 from schedlib.ir.expr import Binary, Cast, Const, Select, Var, cast
 from schedlib.ir.func import Func
+from schedlib.ir.reference import evaluate_int
 
 from .helpers import chain_func, input_shapes, vector_func
 
@@ -148,7 +149,14 @@ BAD_DEFINITIONS: list[tuple[str, Callable[[], Any], str]] = [
         sl.placeholder((2, 2), "float32", "A"), sl.reduce_axis(2, "r")), "uses axis r that is not one of its axes"),
     ("unknown-variable", lambda: (lambda A: sl.func([A, sl.compute((2,), lambda i: A[i] * sl.var("q").astype(
         "float32"), "S")]))(sl.placeholder((2,), "float32", "A")), "variable q that is neither an axis"),
-    ("symbol-axis-clash", lambda: sl.workloads.reduce(sl.var("r"), 4), "used both as dimensions and as axes"),
+    ("unread-input", lambda: (lambda A, U: sl.func([A, U, sl.compute((2,), lambda i: A[i] * 2.0, "C")]))(
+        sl.placeholder((2,), "float32", "A"), sl.placeholder((3,), "float32", "U")), "input U is read by no stage"),
+    ("input-twice", lambda: (lambda A: sl.func([A, A, sl.compute((2,), lambda i: A[i] * 2.0, "C")]))(
+        sl.placeholder((2,), "float32", "A")), "A listed more than once"),
+    ("output-twice", lambda: (lambda A: (lambda C: sl.func([A, C, C]))(sl.compute((2,), lambda i: A[i], "C")))(
+        sl.placeholder((2,), "float32", "A")), "C listed more than once"),
+    ("reduce-axis-bool", lambda: sl.workloads.reduce(4, 4, axis=True), "axis=True"),
+    ("reduce-axis-float", lambda: sl.workloads.reduce(4, 4, axis=1.0), "axis=1.0"),
     ("index-rank", lambda: sl.placeholder((2, 2), "float32", "A")[0], "has 2 dimensions, indexed with 1"),
     ("float-index", lambda: sl.placeholder((2,), "float32", "A")[0.5], "must be an integer"),
     ("arity", lambda: sl.compute((2, 2), lambda i: i), "fcompute takes 1 indices, shape has 2"),
@@ -229,3 +237,26 @@ def test_unscheduled_loop_nests() -> None:
               block R SR (i=R.i, r=R.r):
                 init R[i] = 0.0
                 R[i] += X[i, r]""")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: sl.workloads.matmul(sl.var("i"), 7, 5),
+    lambda: sl.workloads.matmul(9, 7, sl.var("k")),
+    lambda: sl.workloads.reduce(sl.var("r"), 4),
+], ids=["M named i", "K named k", "rows named r"])
+def test_a_dimension_may_share_its_name_with_an_axis(make: Callable[[], Func]) -> None:
+    """The stage's axis is renamed (``i`` -> ``i_1``); the dimension keeps the user's name."""
+    func = make()
+    assert func.symbols and all(a.name not in func.symbols for b in func.blocks for a in b.axes)
+    sizes = {s: 3 for s in func.symbols}
+    rng = np.random.default_rng(0)
+    inputs = {n: rng.standard_normal([evaluate_int(d, sizes) for d in func.buffer(n).shape]).astype(np.float32)
+              for n in func.inputs}
+    got = sl.run_reference(func, inputs)
+    s = sl.Schedule(func)
+    loops = s.get_loops(func.blocks[0].name)
+    s.split(loops[0], [None, 2])
+    for name, value in sl.run_reference(s, inputs).items():
+        np.testing.assert_allclose(value, got[name], rtol=1e-6)
+    if func.name == "matmul":
+        np.testing.assert_allclose(got["C"], inputs["A"] @ inputs["B"], rtol=1e-5, atol=1e-5)
