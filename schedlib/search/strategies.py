@@ -270,7 +270,9 @@ def make_strategy(name: str, seed: int = 0, screen: int | None = None) -> Strate
             except ImportError:
                 raise ImportError("strategy 'cmaes' needs the 'cmaes' package (pip install cmaes), which "
                                   "Optuna's CmaEsSampler uses") from None
-            return OptunaStrategy("cmaes", optuna.samplers.CmaEsSampler(
+            from schedlib.search.cma_sampler import InMemoryCmaEsSampler
+
+            return OptunaStrategy("cmaes", InMemoryCmaEsSampler(
                 seed=seed, with_margin=True, n_startup_trials=1, warn_independent_sampling=False,
                 independent_sampler=optuna.samplers.RandomSampler(seed=seed)), screen=0, substitutes=False)
         if name == "nsga2":
