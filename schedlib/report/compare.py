@@ -16,16 +16,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from schedlib.errors import SchedlibError
 from schedlib.hw import HardwareProfile, is_auto, resolve
-from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.func import Func
-from schedlib.ir.reference import evaluate_int
 from schedlib.ir.schedule import Schedule
 from schedlib.report.stats import Work, work
+from schedlib.report.timer import MethodTimer
 from schedlib.runtime.gpu import gpu_available, require_cupy
 from schedlib.suites import WorkloadSpec, as_specs
 
@@ -61,73 +59,6 @@ def _peak(profile: HardwareProfile, dtype: str, ceilings: dict[str, float] | Non
     return float(flops), float(c.get("bandwidth") or profile.dram_bytes_per_s)
 
 
-class _Timer:
-    """Measures schedules on the GPU, or estimates them with the carver's model."""
-
-    def __init__(self, profile: HardwareProfile, measured: bool) -> None:
-        self.profile = profile
-        self.measured = measured
-        self._inputs: dict[str, Any] = {}
-        self._flush = None
-
-    def prepare(self, func: Func, spec: WorkloadSpec | None, symbols: Mapping[str, int]) -> None:
-        self.func, self.spec, self.reference = func, spec, None
-        if not self.measured:
-            return
-        import cupy as cp
-
-        from schedlib.report.vendor import vendor_fn
-        from schedlib.runtime.timing import l2_flush_buffer, rotation_copies, round_robin
-
-        rng = np.random.default_rng(0)
-        self._inputs = {}
-        for name in func.inputs:
-            buf = func.buffer(name)
-            shape = tuple(evaluate_int(d, symbols) for d in buf.shape)  # a kernel binds symbols from these
-            host = rng.standard_normal(shape).astype(np.float32)
-            self._inputs[name] = cp.asarray(host.astype(numpy_dtype(buf.dtype)))
-        # a set of inputs and outputs smaller than the L2 is timed in turns with copies of it
-        copies = rotation_copies(int(work(func, symbols).bytes), self.profile.l2_bytes)  # inputs and outputs
-        self._input_sets = [self._inputs] + [{n: a.copy() for n, a in self._inputs.items()}
-                                             for _ in range(copies - 1)]
-        self._flush = self._flush if self._flush is not None else l2_flush_buffer(self.profile.l2_bytes)
-        out = func.buffer(func.outputs[0]).dtype
-        vendors = [vendor_fn(spec, s, out) for s in self._input_sets] if spec is not None else [None]
-        self.vendor = vendors[0]
-        self.reference = self.vendor() if self.vendor is not None else None
-        self._vendor_runs = round_robin(vendors) if self.vendor is not None else None
-
-    def schedule(self, sch: Schedule, rule: Any, config: dict[str, Any]) -> dict[str, float]:
-        if not self.measured:
-            from schedlib.carver import estimate
-
-            t = float(estimate(self.func, self.profile, config, rule=rule)["est_time_us"])
-            return {"median_us": t, "p20_us": t, "p80_us": t}
-        from schedlib.runtime.kernel import build
-        from schedlib.runtime.timing import benchmark, round_robin
-
-        kernel = build(sch, self.profile)
-        launches = [kernel.prepare(*(inputs[n] for n in self.func.inputs)) for inputs in self._input_sets]
-        launch = launches[0]
-        launch.launch()
-        out = launch.result()
-        if self.reference is not None:
-            got = out[0] if isinstance(out, tuple) else out
-            err = float(abs(got.astype("float32") - self.reference.astype("float32")).max())
-            scale = float(abs(self.reference.astype("float32")).max()) or 1.0
-            if not err <= 2e-2 * scale:
-                raise RuntimeError(f"{self.func.name}: kernel result differs from the vendor result by {err:.3g}")
-        # the kernels alone (no host work between the events), each repetition on the next input set
-        return benchmark(round_robin([p.launch for p in launches]), flush=self._flush)
-
-    def vendor_time(self) -> dict[str, float] | None:
-        if not self.measured or self.vendor is None:
-            return None
-        from schedlib.runtime.timing import benchmark
-
-        return benchmark(self._vendor_runs, flush=self._flush)
-
-
 def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[str] = METHODS, *, topk: int = 5,
             trials: int = 16, strategy: str = "tpe", storage: str | None = None, backend: str | None = None,
             ceilings: dict[str, float] | None = None, quiet: bool = True,
@@ -142,8 +73,11 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     knob buys, side by side: ``{"stages": 1}`` for the fp32 matmul), for workloads whose rule space has the
     knobs and a default that differs.  A method that fails (a kernel
     that does not build, or computes a different result) gets a row with no time and ``source`` saying why;
-    the other methods still run.  ``progress``, when given, is called with one line before each workload
-    (``"compare: workload 3/18: prefill.down_proj ..."``): a suite on the GPU runs for minutes.
+    the other methods still run.  The search runs in a study of its own (``storage="memory"``), so that its
+    row's ``trials`` and ``tuning_s`` are this comparison's; given a ``storage``, it resumes the study there
+    and the row's ``source`` says how many of its trials this call ran.  ``progress``, when given, is called
+    with one line before each workload (``"compare: workload 3/18: prefill.down_proj ..."``): a suite on the
+    GPU runs for minutes.
     """
     workloads = [workloads] if isinstance(workloads, (str, WorkloadSpec, Func)) else list(workloads)
     methods = (methods,) if isinstance(methods, str) else tuple(methods)
@@ -156,7 +90,7 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
                          "schedlib's kernels only); add 'rule', 'carver' or 'search', or measure on a GPU")
     auto = is_auto(target)
     profile = resolve("h100" if auto and not measured else target)
-    timer = _Timer(profile, measured)
+    timer = MethodTimer(profile, measured)
     rows: list[dict[str, Any]] = []
     histories: dict[str, list[float]] = {}
     built = [(item, item.build()) if isinstance(item, WorkloadSpec) else (None, item) for item in as_specs(workloads)]
@@ -251,7 +185,7 @@ def _finish(row: dict[str, Any], w: Work, peak: float, bw: float, measured: bool
     return row
 
 
-def _timed(timer: _Timer, sch: Schedule, rule: Any, config: dict[str, Any]) -> dict[str, float]:
+def _timed(timer: MethodTimer, sch: Schedule, rule: Any, config: dict[str, Any]) -> dict[str, float]:
     t = timer.schedule(sch, rule, config)
     return {"time_us": t["median_us"], "p20_us": t["p20_us"], "p80_us": t["p80_us"]}
 
@@ -262,7 +196,7 @@ def _failed(exc: BaseException) -> dict[str, Any]:
     return {"time_us": nan, "p20_us": nan, "p80_us": nan, "source": f"failed: {type(exc).__name__}: {why}"}
 
 
-def _run_methods(func: Func, profile: HardwareProfile, methods: Sequence[str], timer: _Timer, topk: int,
+def _run_methods(func: Func, profile: HardwareProfile, methods: Sequence[str], timer: MethodTimer, topk: int,
                  trials: int, strategy: str, storage: str | None, quiet: bool, templates: Sequence[Any] = (),
                  variants: Sequence[Mapping[str, Any]] = ()) -> list[tuple[str, dict[str, Any]]]:
     out: list[tuple[str, dict[str, Any]]] = []
@@ -284,7 +218,7 @@ def _run_methods(func: Func, profile: HardwareProfile, methods: Sequence[str], t
     return out
 
 
-def _template_row(func: Func, profile: HardwareProfile, timer: _Timer, template: Any
+def _template_row(func: Func, profile: HardwareProfile, timer: MethodTimer, template: Any
                   ) -> list[tuple[str, dict[str, Any]]]:
     from schedlib.rules import find_rule
 
@@ -298,7 +232,7 @@ def _template_row(func: Func, profile: HardwareProfile, timer: _Timer, template:
     return _config_row(f"rule[tensor_core={template}]", func, profile, timer, rule, config)
 
 
-def _variant_row(func: Func, profile: HardwareProfile, timer: _Timer, variant: Mapping[str, Any]
+def _variant_row(func: Func, profile: HardwareProfile, timer: MethodTimer, variant: Mapping[str, Any]
                  ) -> list[tuple[str, dict[str, Any]]]:
     from schedlib.rules import find_rule
 
@@ -317,7 +251,7 @@ def _variant_row(func: Func, profile: HardwareProfile, timer: _Timer, variant: M
     return _config_row(name, func, profile, timer, rule, config)
 
 
-def _config_row(name: str, func: Func, profile: HardwareProfile, timer: _Timer, rule: Any, config: dict[str, Any]
+def _config_row(name: str, func: Func, profile: HardwareProfile, timer: MethodTimer, rule: Any, config: dict[str, Any]
                 ) -> list[tuple[str, dict[str, Any]]]:
     """One row timing ``rule`` at ``config`` (no tuning), or saying why it failed."""
     info = {"rule": rule.name, "config": config, "tuning_s": 0.0, "trials": 0}
@@ -327,7 +261,7 @@ def _config_row(name: str, func: Func, profile: HardwareProfile, timer: _Timer, 
         return [(name, {**info, **_failed(exc)})]
 
 
-def _vendor_row(timer: _Timer) -> dict[str, Any]:
+def _vendor_row(timer: MethodTimer) -> dict[str, Any]:
     nan = float("nan")
     try:
         t = timer.vendor_time()
@@ -340,7 +274,7 @@ def _vendor_row(timer: _Timer) -> dict[str, Any]:
             "tuning_s": 0.0, "trials": 0}
 
 
-def _rule_rows(func: Func, profile: HardwareProfile, timer: _Timer, *_: Any) -> list[tuple[str, dict[str, Any]]]:
+def _rule_rows(func: Func, profile: HardwareProfile, timer: MethodTimer, *_: Any) -> list[tuple[str, dict[str, Any]]]:
     from schedlib.rules import apply_default, get_rule
 
     t0 = time.perf_counter()
@@ -350,7 +284,7 @@ def _rule_rows(func: Func, profile: HardwareProfile, timer: _Timer, *_: Any) -> 
     return [("rule", {**info, **_timed(timer, sch, get_rule(sch.rule), sch.config)})]
 
 
-def _carver_rows(func: Func, profile: HardwareProfile, timer: _Timer, topk: int, *_: Any
+def _carver_rows(func: Func, profile: HardwareProfile, timer: MethodTimer, topk: int, *_: Any
                  ) -> list[tuple[str, dict[str, Any]]]:
     """The model's top-1, and the best measured of its top-k (a config that fails is skipped, and said)."""
     from schedlib.carver import carve
@@ -378,7 +312,7 @@ def _carver_rows(func: Func, profile: HardwareProfile, timer: _Timer, topk: int,
             ("carver_best_of_k", {**info, "config": best[0], **best[1], **note})]
 
 
-def _search_rows(func: Func, profile: HardwareProfile, timer: _Timer, topk: int, trials: int, strategy: str,
+def _search_rows(func: Func, profile: HardwareProfile, timer: MethodTimer, topk: int, trials: int, strategy: str,
                  storage: str | None, quiet: bool) -> list[tuple[str, dict[str, Any]]]:
     from schedlib.rules import get_rule
     from schedlib.search import tune
@@ -387,12 +321,17 @@ def _search_rows(func: Func, profile: HardwareProfile, timer: _Timer, topk: int,
         raise SchedlibError(f"the GPU search tunes concrete sizes; give {', '.join(func.symbols)} values to "
                             "search this workload")
     t0 = time.perf_counter()
-    res = tune(func, profile, trials=trials, strategy=strategy, storage=storage,
+    res = tune(func, profile, trials=trials, strategy=strategy, storage="memory" if storage is None else storage,
                backend="gpu" if timer.measured else "estimate", quiet=quiet)
     cost = time.perf_counter() - t0
     rule = get_rule(res.best_schedule.rule) if res.best_schedule.rule else None
     info = {"rule": rule.name if rule else None, "config": res.best_config, "tuning_s": cost,
-            "trials": len(res.records), "history": [float(v) for v in res.history]}
+            "trials": len(res.history), "history": [float(v) for v in res.history]}
+    earlier = len(res.history) - res.measured_now
+    if earlier > 0:  # a study given as storage: its trials are not this call's cost
+        source = "measured" if timer.measured else "estimated"
+        info["source"] = (f"{source}; best of the study's {len(res.history)} trials, {res.measured_now} of them "
+                          f"run by this call (tuning_s counts those)")
     return [("search", {**info, **_timed(timer, res.best_schedule, rule, res.best_config)})]
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib
 import math
 import re
+from pathlib import Path
 
 import pytest
 
 import schedlib as sl
 from schedlib.report import compare
+from schedlib.report.timer import MethodTimer
 
 cmp = importlib.import_module("schedlib.report.compare")  # the package re-exports the function under this name
 
@@ -52,7 +54,7 @@ def test_a_failing_carver_config_is_skipped_and_said(monkeypatch: pytest.MonkeyP
         return {"time_us": 10.0 + len(calls), "p20_us": 10.0, "p80_us": 12.0}
 
     monkeypatch.setattr(cmp, "_timed", timed)
-    timer = cmp._Timer(sl.hw.load("h100"), measured=False)
+    timer = MethodTimer(sl.hw.load("h100"), measured=False)
     timer.measured = True  # time every one of the top-k (timing itself is the stub above)
     rows = dict(cmp._carver_rows(sl.workloads.matmul(1024, 1024, 1024, "float16"), sl.hw.load("h100"), timer, 3))
     assert rows["carver"]["source"] == "failed: RuntimeError: illegal memory access"
@@ -136,3 +138,19 @@ def test_vendor_alone_is_refused_on_the_estimate_backend() -> None:
 def test_auto_in_any_case_estimates_for_the_h100() -> None:
     df = compare(["transpose:M=8,N=8"], "AUTO", methods="rule", backend="estimate")
     assert df.attrs["target"] == "h100"
+
+
+def test_the_search_row_counts_this_comparisons_trials(tmp_path: Path) -> None:
+    """By default each comparison searches in a study of its own: the row's trials are the ones it ran,
+    not those of an earlier run of the same workload; a study given as storage is resumed and said so."""
+    spec = "matmul:M=256,N=256,K=256"
+    first = compare(spec, "h100", methods=("search",), trials=8, backend="estimate")
+    second = compare(spec, "h100", methods=("search",), trials=4, backend="estimate")
+    assert first["trials"].tolist() == [8] and second["trials"].tolist() == [4]
+    assert second["source"].tolist() == ["estimated"]
+    db = tmp_path / "study.sqlite3"
+    compare(spec, "h100", methods=("search",), trials=6, backend="estimate", storage=str(db))
+    resumed = compare(spec, "h100", methods=("search",), trials=9, backend="estimate", storage=str(db))
+    assert resumed["trials"].tolist() == [9]
+    assert resumed["source"].iloc[0] == ("estimated; best of the study's 9 trials, 3 of them run by this call "
+                                         "(tuning_s counts those)")
