@@ -8,6 +8,7 @@ and figure set already computed are kept (a small LRU of contexts, checked by ob
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 from collections import OrderedDict
@@ -184,6 +185,8 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if isinstance(topk, numbers.Integral) and not isinstance(topk, bool):
+        topk = int(topk)  # a numpy integer is the int it holds
     if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 1):
         raise ValueError(f"topk must be a positive int or None, got {topk!r}")
     ctx = _context(func, target, rule, symbolic_value)

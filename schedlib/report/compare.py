@@ -12,6 +12,7 @@ with ``carve`` and ``tune``; the ``shape`` column says so (``X[Mx1024] at M=4096
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -80,6 +81,9 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     GPU runs for minutes.
     """
     workloads = [workloads] if isinstance(workloads, (str, WorkloadSpec, Func)) else list(workloads)
+    # numpy integers (a count read from a DataFrame) are the ints they hold
+    topk, trials = (int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+                    for v in (topk, trials))
     methods = (methods,) if isinstance(methods, str) else tuple(methods)
     _check_arguments(workloads, methods, topk, trials, strategy, backend, variants)
     measured = (backend or ("gpu" if gpu_available() else "estimate")) == "gpu"

@@ -48,15 +48,18 @@ def find_rule(func: Func, target: Any) -> Rule:
 def _apply_one(func: Func, target: Any) -> Schedule:
     require_func(func, "apply_default")
     profile = resolve(target)
+    raised: list[str] = []
     for rule in RULES:
         try:
             sch = rule.apply(func, profile)
         except Exception as exc:  # logged and skipped: the dispatcher never aborts on one rule
             log.warning("rule %s raised on %s: %s: %s", rule.name, func.name, type(exc).__name__, exc)
+            raised.append(f"{rule.name} raised {type(exc).__name__}: {exc}")
             continue
         if sch is not None:
             return sch
-    raise LookupError(f"no rule applies to {func.name}")
+    detail = "; ".join(raised) if raised else "every rule declined"
+    raise LookupError(f"no rule applies to {func.name} ({detail}); sl.rules.explain says why each declined")
 
 
 def apply_default(func_or_list: Func | Sequence[Func], target: Any = "h100") -> Schedule | list[Schedule]:
@@ -74,13 +77,15 @@ def explain(func: Func, target: Any = "h100") -> str:
     profile = resolve(target)
     lines = [f"func {func.name} on {profile.key}:"]
     for rule in RULES:
+        # the same steps as apply_default, so that a rule that matches but fails to schedule is reported as
+        # skipped, as the dispatcher skips it, rather than as the one that applies
         try:
             why = rule.applies(func, profile)
+            sch = rule.apply(func, profile) if why is None else None
         except Exception as exc:
             why = f"raised {type(exc).__name__}: {exc}"
-        if why is None:
-            config = rule.default_config(func, profile)
-            lines.append(f"  {rule.name}: APPLIES with default config {config}")
+        if why is None and sch is not None:
+            lines.append(f"  {rule.name}: APPLIES with default config {sch.config}")
             return "\n".join(lines)
         lines.append(f"  {rule.name}: declined: {why}")
     lines.append("  no rule applies")

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import numpy as np
+
 from schedlib.errors import ScheduleError
 from schedlib.hw import HardwareProfile, resolve
 from schedlib.ir.func import Func
@@ -62,6 +64,7 @@ class Space:
         """Why ``config`` is not a legal point (None when it is)."""
         if not isinstance(config, Mapping):
             return f"a config is a mapping of knob values, got {type(config).__name__}"
+        config = plain_values(config)
         extra = set(config) - set(self.names)
         if extra:  # first: a misspelt knob would otherwise be reported as the one it was meant to be
             return f"unknown knob(s) {sorted(extra)}; the {self.rule} space has {self.names}"
@@ -74,6 +77,9 @@ class Space:
         return self.check(dict(config)) if self.check else None
 
     def validate(self, config: Mapping[str, Any]) -> Config:
+        """``config`` as plain Python values (a numpy integer or bool read from a DataFrame becomes an int or
+        bool), or ScheduleError saying why it is not a legal point."""
+        config = plain_values(config)
         why = self.reason(config)
         if why is not None:
             raise ScheduleError(f"{self.rule}.apply", "config", dict(config) if isinstance(config, Mapping)
@@ -194,11 +200,16 @@ class Rule(ABC):
         return facts if isinstance(facts, str) else None
 
     def apply(self, func: Func, target: Any, config: Mapping[str, Any] | None = None) -> Schedule | None:
-        """The schedule for ``config`` (the expert default when None); None when the rule does not apply."""
+        """The schedule for ``config`` (the expert default when None).  When the rule does not apply: None
+        for the default (the dispatcher then tries the next rule), ScheduleError with the reason for an
+        explicit config (a config for this rule was meant for another func)."""
         profile = resolve(target)
         facts = self.analyze(func, profile)
         if isinstance(facts, str):
-            return None
+            if config is None:
+                return None
+            raise ScheduleError(f"{self.name}.apply", "func", getattr(func, "name", func),
+                                f"the {self.name} rule does not apply: {facts}")
         space = self.space(func, profile)
         chosen = self.default_config(func, profile) if config is None else space.validate(config)
         sch = self.schedule(func, facts, chosen, profile)
@@ -207,6 +218,14 @@ class Rule(ABC):
 
     def __repr__(self) -> str:
         return f"<Rule {self.name}>"
+
+
+def plain_values(config: Any) -> Any:
+    """A mapping's numpy scalars as the Python values they hold (``np.int64(64)`` -> ``64``): a config read
+    back from a DataFrame row has them.  Anything else is returned as it is."""
+    if not isinstance(config, Mapping):
+        return config
+    return {k: v.item() if isinstance(v, np.generic) else v for k, v in config.items()}
 
 
 def _one_of(value: Any, values: tuple[Any, ...]) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import numbers
 import os
 import warnings
 from collections.abc import Iterator
@@ -161,6 +162,10 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
         a model whose predictions you want to read as times).
     """
     require_func(func, "tune")
+    # numpy integers (a count read from a DataFrame) are the ints they hold
+    trials, topk, screen, seed, rebenchmark_top = (
+        int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+        for v in (trials, topk, screen, seed, rebenchmark_top))
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"tune: trials={trials!r}; expected an int >= 1")
     if timeout_per_trial is not None and (isinstance(timeout_per_trial, bool)

@@ -287,3 +287,30 @@ def test_rule_methods_take_a_profile_key_as_readily_as_a_profile(rule: rules.Rul
     if rule.applies(func, profile) is None:
         assert rule.space(func, "a100") == rule.space(func, profile)
         assert rule.default_config(func, "a100") == rule.default_config(func, profile)
+
+
+def test_explain_names_the_rule_apply_default_picks_when_a_matching_rule_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule that matches but raises while scheduling is skipped by the dispatcher; explain says so too."""
+    from schedlib.rules.matmul import MatmulRule
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("template exploded")
+
+    func = sl.workloads.matmul(64, 64, 64)
+    monkeypatch.setattr(MatmulRule, "schedule", broken)
+    picked = sl.rules.apply_default(func, "h100")
+    text = sl.rules.explain(func, "h100")
+    assert "matmul: declined: raised RuntimeError: template exploded" in text
+    assert f"{picked.rule}: APPLIES" in text and picked.rule != "matmul"
+    monkeypatch.setattr(MatmulRule, "default_config", broken)  # explain must not raise either
+    assert "matmul: declined: raised RuntimeError" in sl.rules.explain(func, "h100")
+
+
+def test_no_rule_applying_says_what_each_failing_rule_raised() -> None:
+    """2^31 - 1 elements: every split rounds the loop up past the 32-bit index range."""
+    func = sl.workloads.elementwise((2**31 - 1,), ("relu",), "int8")
+    with pytest.raises(LookupError, match=r"no rule applies to elementwise_relu \(elementwise raised "
+                                          r"ScheduleError: split: .*more than 2\^31-1.*; fallback raised"):
+        sl.rules.apply_default(func, "h100")
+    assert "elementwise: declined: raised ScheduleError" in sl.rules.explain(func, "h100")

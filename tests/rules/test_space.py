@@ -138,3 +138,22 @@ def test_every_rule_space_keeps_the_contract(rule_name, make, target) -> None:
     else:
         assert tiling is not None and 0 < tiling.threads <= profile.max_threads_per_block
         assert 0 <= tiling.shared_bytes <= profile.shared_memory_per_block
+
+
+def test_a_config_read_back_from_a_carver_row_applies() -> None:
+    """The carver's DataFrame holds its knob values as numpy scalars; they are the values they hold."""
+    func = sl.workloads.matmul(64, 64, 64)
+    rule = sl.rules.get_rule("matmul")
+    row = sl.carver.carve(func, "h100", 1).iloc[0]
+    config = {name: row[name] for name in rule.space(func, "h100").names}
+    assert any(type(v).__module__ == "numpy" for v in config.values())
+    sch = rule.apply(func, "h100", config)
+    assert sch.config == row["config"] and all(type(v) in (int, bool) for v in sch.config.values())
+
+
+def test_an_explicit_config_for_a_func_the_rule_does_not_take_says_why() -> None:
+    gemv = sl.rules.get_rule("gemv")
+    with pytest.raises(sl.ScheduleError, match=r"gemv.apply: argument func='matmul': the gemv rule does not "
+                                               r"apply: no small axis"):
+        gemv.apply(sl.workloads.matmul(64, 64, 64), "h100", {"rows_per_block": 4})
+    assert gemv.apply(sl.workloads.matmul(64, 64, 64), "h100") is None  # the dispatcher's question: no

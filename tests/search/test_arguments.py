@@ -66,3 +66,15 @@ def test_cost_model_evaluation_refuses_what_it_cannot_rank() -> None:
     other = S.tune(sl.workloads.softmax(8, 64), "h100", trials=4, strategy="random", storage="memory", quiet=True)
     with pytest.raises(ValueError, match="not a point of this model's matmul space"):
         res.cost_model.evaluate(other.records)
+
+
+def test_numpy_integer_counts_are_the_ints_they_hold() -> None:
+    """A count taken from a DataFrame is a numpy integer: tune, carve and compare take it."""
+    import numpy as np
+
+    func = sl.workloads.matmul(64, 64, 64)
+    assert S.tune(func, "h100", trials=np.int64(3), storage="memory", quiet=True).measured_now == 3
+    assert len(sl.carver.carve(func, "h100", np.int32(2))) == 2
+    df = sl.report.compare("matmul:M=64,N=64,K=64", "h100", methods=("carver",), topk=np.int64(2),
+                           backend="estimate")
+    assert df["method"].tolist() == ["carver", "carver_best_of_k"]
