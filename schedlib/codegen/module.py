@@ -29,6 +29,9 @@ class CudaModule:
     arch: str | None = None  # the one GPU architecture the source builds for (None: any sm_80+ target)
 
 
+PRELUDE_END = "// ---- end of the schedlib CUDA prelude ----"  # the prelude's last line: kernels follow it
+
+
 def prelude() -> str:
     """The verbatim text every generated source starts with (nvcc and emulator definitions)."""
     return resources.files("schedlib.codegen").joinpath("cuda_prelude.cuh").read_text()

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from schedlib.codegen import CudaModule, generate
+from schedlib.codegen import PRELUDE_END, CudaModule, generate
 from schedlib.codegen.kernel_spec import TensorMapSpec
 from schedlib.errors import BuildError, CompileError, ShapeError
 from schedlib.ir.dtype import numpy_dtype
@@ -260,8 +260,27 @@ def build(schedule: Any, target: Any = "h100") -> Kernel:
         raise BuildError(f"build needs a Schedule or Func, got {type(schedule).__name__}")
     arch, profile = _arch(target)
     module = generate(func)
+    _check_arch(module, arch, profile)
     declared = getattr(schedule, "original", None)
     return Kernel(module, module.arch or arch, profile, declared if isinstance(declared, Func) else None)
+
+
+# Instructions whose kernels need a newer card than the generated code in general: mma.sync m16n8k16 (bf16 and
+# f16 with f32 accumulation) and cp.async came with sm_80, ldmatrix with sm_75; wgmma is sm_90a's alone.
+_SM80_CALLS = ("sl_mma_m16n8k16", "sl_cp_async_16", "sl_ldmatrix")
+
+
+def _check_arch(module: CudaModule, arch: str, profile: Any) -> None:
+    """Refuse a kernel the target cannot run (a schedule made for Hopper built for an A100), with the way out."""
+    body = module.source.split(PRELUDE_END, 1)[-1]
+    cc = int(arch.removeprefix("sm_").rstrip("a"))
+    need, what = ((90, "wgmma (Hopper warpgroup MMA)") if module.arch is not None else
+                  (80, "mma.sync / cp.async") if any(call in body for call in _SM80_CALLS) else (0, ""))
+    if cc < need or (need == 90 and cc != 90):
+        where = profile.key if profile is not None else arch
+        raise BuildError(f"build: kernel {module.func.name} uses {what}, which needs sm_{need}"
+                         f"{'a' if need == 90 else '+'}; target {where} is {arch}.  Schedule it for this target "
+                         f"(sl.rules.apply_default(func, {where!r}) picks what the card has)")
 
 
 def _arch(target: Any) -> tuple[str, Any]:
