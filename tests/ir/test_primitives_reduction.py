@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import schedlib as sl
@@ -249,3 +250,24 @@ NEGATIVE = [
 @pytest.mark.parametrize("case", NEGATIVE, ids=lambda c: c.id)
 def test_rejections(case: Reject) -> None:
     case.check()
+
+
+@pytest.mark.parametrize("factor_axis", [0, 1, 2])
+def test_an_rfactor_block_moves_whatever_its_factor_axis(factor_axis: int) -> None:
+    """The rfactor block stores its buffer with the new axis at ``factor_axis`` (``C_rf[v, i, j]`` for 0):
+    compute_at maps each stored dimension to its axis, so every position moves, and a local copy of it
+    is compacted along the right dimensions."""
+    func = sl.workloads.matmul(12, 10, 32)
+    rng = np.random.default_rng(factor_axis)
+    inputs = {"A": rng.standard_normal((12, 32)).astype(np.float32),
+              "B": rng.standard_normal((32, 10)).astype(np.float32)}
+    want = sl.run_reference(func, inputs)["C"]
+    s = sl.Schedule(func)
+    i, j, k = s.get_loops("C")
+    ko, ki = s.split(k, [None, 8])
+    rf = s.rfactor(ki, factor_axis)
+    local = s.cache_write(rf, "local")  # rf now writes C_rf_local (stored permuted), the copy C_rf
+    s.compute_at(local, s.get_loops("C")[0])  # each row's partials right before the row is summed
+    s.compute_at(rf, s.get_loops(local)[0])
+    assert s.func.buffer(local).shape != s.func.buffer(rf).shape, str(s)  # compacted
+    np.testing.assert_allclose(sl.run_reference(s, inputs)["C"], want, rtol=1e-5, atol=1e-5)

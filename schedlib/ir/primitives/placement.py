@@ -43,8 +43,7 @@ def _check_movable(func: Func, prim: str, blk: Block, host: Block, loop: str) ->
         fail(prim, "block", blk.name, f"has blocks attached to its loops ({names}); move those first")
     # Its loops are regenerated, so its store must not depend on them: a block whose output was compacted
     # (stored at loop variables, read back shifted by its current host's loops) cannot move.
-    spatial = [a for a in blk.axes if a.kind == "S"]
-    if tuple(blk.store_indices) != tuple(Var(a.name) for a in spatial):
+    if _store_axes(blk) is None:
         fail(prim, "block", blk.name, "does not store at its plain spatial axes (moved or compacted already)")
     # An attached block may read a buffer compacted under a loop of its host (``C_local[i - C.i_0 * 8]``);
     # it can only move where every such loop still encloses it.
@@ -56,6 +55,14 @@ def _check_movable(func: Func, prim: str, blk: Block, host: Block, loop: str) ->
     if outer:
         fail(prim, "loop", loop, f"block {blk.name} indexes a buffer through loop(s) {', '.join(sorted(outer))}, "
              "which would not enclose it there")
+
+
+def _store_axes(blk: Block) -> list[str] | None:
+    """The spatial axes ``blk`` stores at, in the order of its buffer's dimensions (an rfactor block with
+    ``factor_axis=0`` stores ``R_rf[v, i]``), or None when its store is not each spatial axis once."""
+    spatial = {a.name for a in blk.axes if a.kind == "S"}
+    names = [ix.name for ix in blk.store_indices if isinstance(ix, Var) and ix.name in spatial]
+    return names if len(names) == len(blk.store_indices) == len(spatial) == len(set(names)) else None
 
 
 def _fixed_loops(func: Func, host: Block, idx: int, scope: str) -> set[str]:
@@ -154,7 +161,8 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     if buf.name in func.outputs:
         fail(prim, "block", block, f"writes output {buf.name}; only intermediate stages can move inward")
     check_single_producer(func, prim, blk)
-    spatial = [a for a in blk.axes if a.kind == "S"]
+    stored = _store_axes(blk)  # the axis at each dimension of the buffer
+    assert stored is not None  # _check_movable refused anything else
     inside = func.subtree(host.name, idx)
     consumers = [c for c in func.consumers(buf.name) if c.name != block]
     if not consumers:
@@ -165,12 +173,12 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     accesses = [(c, ld.indices) for c in consumers for ld in loads(c.value) if ld.buffer == buf.name]
     fixed = _fixed_loops(func, host, idx, buf.scope)
     region = access_region(func, accesses, fixed, buf.shape)
-    moved = _regenerate(func, blk, {a.name: r for a, r in zip(spatial, region)}, Attach(host.name, loop, "before"))
+    moved = _regenerate(func, blk, dict(zip(stored, region)), Attach(host.name, loop, "before"))
     out = func.with_block(moved)
     if buf.scope != "global":
         whole, bases, shape = _compaction(buf, region)
-        s_loops = [lp for a, lp in zip(moved.axes, moved.loops) if a.kind == "S"]
-        store = tuple(moved.store_indices[d] if d in whole else lp.var for d, lp in enumerate(s_loops))
+        loop_of = {a.name: lp for a, lp in zip(moved.axes, moved.loops)}
+        store = tuple(moved.store_indices[d] if d in whole else loop_of[axis].var for d, axis in enumerate(stored))
         out = out.with_block(replace(moved, store_indices=store))
         for c in consumers:
             c = out.block(c.name)
