@@ -165,6 +165,13 @@ def _ew_inside_thread_loop() -> sl.Schedule:
                     lambda s: s.cache_read("E0", "X", "local"), lambda s: s.compute_at("X_local", "E0.i0"))
 
 
+def _mm_threads_x() -> sl.Schedule:
+    """A 64x64 matmul with C.i on threadIdx.x."""
+    s = sl.Schedule(sl.workloads.matmul(64, 64, 8))
+    s.bind("C.i", "threadIdx.x")
+    return s
+
+
 NAN = float("nan")
 
 NEGATIVE = [
@@ -178,7 +185,11 @@ NEGATIVE = [
     Reject("bind-symbolic-threads", lambda: sl.Schedule(vector_func(sl.var("n"))),
            lambda s: s.bind("C.i", "threadIdx.x"), "bind", "loop", "C.i", "symbolic extent n"),
     Reject("bind-too-many-threads", lambda: sl.Schedule(vector_func(2048)), lambda s: s.bind("C.i", "threadIdx.x"),
-           "bind", "loop", "C.i", "exceeds 1024 threads"),
+           "bind", "loop", "C.i", "exceeds the 1024 threads CUDA allows along threadIdx.x"),
+    Reject("bind-too-many-threads-z", lambda: sl.Schedule(vector_func(128)), lambda s: s.bind("C.i", "threadIdx.z"),
+           "bind", "loop", "C.i", "exceeds the 64 threads CUDA allows along threadIdx.z"),
+    Reject("bind-thread-block-too-big", _mm_threads_x, lambda s: s.bind("C.j", "threadIdx.y"), "bind", "loop",
+           "C.j", "thread block would be threadIdx.x 64 x threadIdx.y 64 = 4096 threads, more than 1024"),
     Reject("bind-tag-taken", _mm_bound, lambda s: s.bind("C.j", "blockIdx.x"), "bind", "thread", "blockIdx.x",
            "already binds C.i to it"),
     # Regression: accepted, then refused by the build (one thread index cannot stand for two loops).

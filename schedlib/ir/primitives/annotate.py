@@ -17,6 +17,29 @@ from schedlib.ir.simplify import free_vars
 
 MAX_VECTOR = 16
 MAX_THREADS = 1024
+MAX_THREAD_DIM = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
+
+
+def _root(func: Func, name: str) -> str:
+    block = func.block(name)
+    while block.attach is not None:
+        block = func.block(block.attach.block)
+    return block.name
+
+
+def _kernel_threads(func: Func, name: str) -> dict[str, int]:
+    """The thread block of the kernel ``name`` belongs to, as bound so far: each threadIdx tag's largest
+    extent over the kernel's blocks (blocks of one kernel share its threads)."""
+    root = _root(func, name)
+    dims: dict[str, int] = {}
+    for block in func.blocks:
+        if _root(func, block.name) != root:
+            continue
+        for lp in block.loops:
+            ext = as_int(lp.extent)
+            if lp.thread is not None and lp.thread.startswith("threadIdx") and ext is not None:
+                dims[lp.thread] = max(dims.get(lp.thread, 1), ext)
+    return dims
 
 
 def _replace_loop(func: Func, loop: str, **changes: Any) -> Func:
@@ -70,8 +93,15 @@ def bind(func: Func, loop: str, thread: str) -> tuple[Func, None]:
         ext = as_int(lp.extent)
         if ext is None:
             fail(prim, "loop", loop, f"has symbolic extent {lp.extent}; thread extents must be constants")
-        if ext > MAX_THREADS:
-            fail(prim, "loop", loop, f"extent {ext} exceeds {MAX_THREADS} threads")
+        limit = MAX_THREAD_DIM[thread]
+        if ext > limit:
+            fail(prim, "loop", loop, f"extent {ext} exceeds the {limit} threads CUDA allows along {thread}")
+        dims = _kernel_threads(func, owner.name)
+        dims[thread] = max(dims.get(thread, 1), ext)
+        if math.prod(dims.values()) > MAX_THREADS:
+            shape = " x ".join(f"{t} {n}" for t, n in sorted(dims.items()))
+            fail(prim, "loop", loop, f"the kernel's thread block would be {shape} = {math.prod(dims.values())} "
+                 f"threads, more than {MAX_THREADS}")
     for other in owner.loops:
         if other.thread == thread:
             fail(prim, "thread", thread, f"block {owner.name} already binds {other.name} to it")
