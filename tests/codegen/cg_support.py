@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -89,3 +90,23 @@ def gpu_skip_reason() -> str | None:
     except BuildError as exc:
         return f"no CUDA device: {exc}"
     return "no CUDA device"  # pragma: no cover - gpu_available() and require_cupy() disagree
+
+
+def forced(func: sl.Func, target: str, **changes: Any) -> sl.Func:
+    """``func`` with a loop's (or, for a block name, the block's) fields changed directly, past the checks of
+    bind and annotate: a func built by other means may hold what the primitives refuse, and the build must
+    refuse it again.  ``annotate=(key, value)`` sets one annotation."""
+    from dataclasses import replace
+
+    note = changes.pop("annotate", None)
+    if func.has_block(target):
+        blk = func.block(target)
+        if note is not None:
+            changes["annotations"] = (*((k, v) for k, v in blk.annotations if k != note[0]), note)
+        return func.with_block(replace(blk, **changes))
+    owner, idx = func.loop_owner(target)
+    loops = list(owner.loops)
+    if note is not None:
+        changes["annotations"] = (*((k, v) for k, v in loops[idx].annotations if k != note[0]), note)
+    loops[idx] = replace(loops[idx], **changes)
+    return func.with_block(replace(owner, loops=tuple(loops)))

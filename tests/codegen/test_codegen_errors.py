@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from cg_schedules import schedule_rmsnorm
-from cg_support import gpu_skip_reason
+from cg_support import forced, gpu_skip_reason
 
 import schedlib as sl
 from schedlib.codegen import generate
@@ -78,9 +78,10 @@ def test_more_than_1024_threads() -> None:
     s = sl.Schedule(sl.workloads.matmul(64, 32, 16))
     i, j, _ = s.get_loops("C")
     s.bind(i, "threadIdx.y")
-    s.bind(j, "threadIdx.x")
+    with pytest.raises(sl.ScheduleError, match=r"thread block would be threadIdx.x 32 x threadIdx.y 64 = 2048"):
+        s.bind(j, "threadIdx.x")  # refused where the call is
     with pytest.raises(sl.BuildError, match=r"kernel matmul_C: 2048 threads per block exceed 1024"):
-        sl.build(s, "sm_90")
+        sl.build(forced(s.func, j, thread="threadIdx.x"), "sm_90")  # and again by the build
 
 
 def test_exactly_1024_threads_is_fine() -> None:

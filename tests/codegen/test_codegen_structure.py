@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from cg_cases import CASE_BY_NAME, CASES, Case
 from cg_schedules import reduce_through_shared, schedule_matmul, schedule_reduce_rows
-from cg_support import code_lines, enclosed, events, kernel_bodies, random_inputs, signature
+from cg_support import code_lines, enclosed, events, forced, kernel_bodies, random_inputs, signature
 
 import schedlib as sl
 from schedlib import rules
@@ -323,9 +323,10 @@ def test_threadidx_z_over_64_is_a_build_error() -> None:
     s = sl.Schedule(sl.workloads.elementwise((sl.var("M"), 128), ("relu",)))
     i, j = s.get_loops("E0")
     s.bind(i, "blockIdx.x")
-    s.bind(j, "threadIdx.z")
+    with pytest.raises(sl.ScheduleError, match=r"extent 128 exceeds the 64 threads CUDA allows along threadIdx\.z"):
+        s.bind(j, "threadIdx.z")  # refused where the call is
     with pytest.raises(sl.BuildError, match=re.escape("kernel elementwise_relu_E0: threadIdx.z extent 128 exceeds 64")):
-        sl.build(s, "sm_90")
+        sl.build(forced(s.func, j, thread="threadIdx.z"), "sm_90")  # and again by the build
 
 
 @pytest.mark.nvcc

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cg_support import forced
 
 import schedlib as sl
 from schedlib.codegen.operand_copy import swizzle
@@ -137,8 +138,10 @@ def test_the_loop_nest_is_checked_before_lowering(rng: np.random.Generator) -> N
         sl.build(_warp_tiled((1, 0)), "h100")  # lanes own the wrong elements: refused, not miscompiled
     with pytest.raises(sl.BuildError, match=r"but it is not a single sum reduction with its init"):
         sl.build(_simt_with_annotation(), "h100")
+    with pytest.raises(sl.ScheduleError, match=r"tensor_core must be one of \['m16n8k16', 'wgmma'\]"):
+        _simt_with_annotation("m16n8k8")  # refused where the call is
     with pytest.raises(sl.BuildError, match=r"only 'm16n8k16' and 'wgmma' are supported"):
-        sl.build(_simt_with_annotation("m16n8k8"), "h100")
+        sl.build(forced(_simt_with_annotation().func, "C", annotate=("tensor_core", "m16n8k8")), "h100")
 
 
 def test_fp32_operands_and_bad_annotations_are_refused() -> None:
@@ -150,9 +153,10 @@ def test_fp32_operands_and_bad_annotations_are_refused() -> None:
     g = sl.workloads.matmul(64, 64, 64, "float16")
     sch = MATMUL.apply(g, "h100", tc_config(64, 64, 32, 32, 32, 2))
     by = sch.get_loops("C")[0]
-    sch.annotate(by, "raster", 0)
+    with pytest.raises(sl.ScheduleError, match=r"raster must be an integer in 1\.\.16"):
+        sch.annotate(by, "raster", 0)  # refused where the call is
     with pytest.raises(sl.BuildError, match=r"annotation raster=0 is not an integer in 1\.\.16"):
-        sl.build(sch, "h100")
+        sl.build(forced(sch.func, by, annotate=("raster", 0)), "h100")
 
 
 @pytest.mark.parametrize(("m", "n", "guard"), [(128, 128, None), (100, 128, "if (sl_row < 100)"),

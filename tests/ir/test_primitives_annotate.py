@@ -224,6 +224,12 @@ NEGATIVE = [
     Reject("annotate-value-nan", _mm, lambda s: s.annotate("C", "k", NAN), "annotate", "value", NAN,
            "must be finite"),
     Reject("annotate-key", _mm, lambda s: s.annotate("C", "1bad", 1), "annotate", "key", "1bad", "identifier"),
+    Reject("annotate-stages-negative", _mm, lambda s: s.annotate("C.k", "pipeline_stages", -5), "annotate",
+           "value", -5, "pipeline_stages must be an integer in 1..16"),
+    Reject("annotate-raster-float", _mm, lambda s: s.annotate("C.i", "raster", 1.5), "annotate", "value", 1.5,
+           "raster must be an integer in 1..16"),
+    Reject("annotate-tensor-core-name", _mm, lambda s: s.annotate("C", "tensor_core", "mma"), "annotate",
+           "value", "mma", "tensor_core must be one of ['m16n8k16', 'wgmma']"),
     Reject("annotate-key-typo", _mm, lambda s: s.annotate("C.k", "pipline_stages", 2), "annotate", "key",
            "pipline_stages", "is one typo away from 'pipeline_stages', which the code generator reads"),
     Reject("annotate-key-double-buffer", _mm, lambda s: s.annotate("C", "double_buffer", True), "annotate", "key",
@@ -265,3 +271,12 @@ def test_note_keys_near_but_not_one_typo_from_a_generator_key_are_kept(key: str)
 def test_one_typo_from_a_generator_key_is_refused(key: str) -> None:
     with pytest.raises(sl.ScheduleError, match=f"annotate: argument key='{key}': is one typo away from '"):
         _mm().annotate("C", key, 1)
+
+
+def test_the_generator_values_annotate_checks_are_the_code_generators() -> None:
+    from schedlib.codegen.mma_pattern import INSTRUCTIONS
+    from schedlib.codegen.tma import LOADER
+    from schedlib.codegen.warp_specialized import PRODUCER
+    from schedlib.ir.primitives.annotate import GENERATOR_NAMES
+
+    assert GENERATOR_NAMES == {"tensor_core": INSTRUCTIONS, "loader": (LOADER,), "producer": (PRODUCER,)}

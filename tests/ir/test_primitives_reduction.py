@@ -263,8 +263,8 @@ def test_an_rfactor_block_moves_whatever_its_factor_axis(factor_axis: int) -> No
               "B": rng.standard_normal((32, 10)).astype(np.float32)}
     want = sl.run_reference(func, inputs)["C"]
     s = sl.Schedule(func)
-    i, j, k = s.get_loops("C")
-    ko, ki = s.split(k, [None, 8])
+    k = s.get_loops("C")[-1]
+    ki = s.split(k, [None, 8])[1]
     rf = s.rfactor(ki, factor_axis)
     local = s.cache_write(rf, "local")  # rf now writes C_rf_local (stored permuted), the copy C_rf
     s.compute_at(local, s.get_loops("C")[0])  # each row's partials right before the row is summed

@@ -200,6 +200,18 @@ def _check_value(prim: str, value: Any) -> None:
 
 # The annotation keys the code generator reads; any other identifier is a note, printed with the nest.
 GENERATOR_KEYS = ("tensor_core", "pipeline_stages", "raster", "producer", "loader", DOUBLE_BUFFER)
+# What the code generator accepts for them (it checks again when it lowers): counts in 1..16, or one of the
+# names of the lowerings (codegen's MMA_SHAPE, LOADER and PRODUCER; a test holds the two in step).
+GENERATOR_COUNTS = ("pipeline_stages", "raster")
+GENERATOR_NAMES = {"tensor_core": ("m16n8k16", "wgmma"), "loader": ("tma",), "producer": ("warp",)}
+
+
+def _check_generator_value(prim: str, key: str, value: Any) -> None:
+    """A value the code generator would refuse at build time is refused here, where the call is."""
+    if key in GENERATOR_COUNTS and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 16):
+        fail(prim, "value", value, f"{key} must be an integer in 1..16")
+    if key in GENERATOR_NAMES and value not in GENERATOR_NAMES[key]:
+        fail(prim, "value", value, f"{key} must be one of {list(GENERATOR_NAMES[key])}")
 
 
 def _one_edit_apart(a: str, b: str) -> bool:
@@ -258,6 +270,7 @@ def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]
     prim = "annotate"
     _check_key(prim, key)
     _check_value(prim, value)
+    _check_generator_value(prim, key, value)
     if isinstance(target, str) and func.has_block(target):
         blk = func.block(target)
         ann = (*((k, v) for k, v in blk.annotations if k != key), (key, value))
