@@ -100,8 +100,8 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     built = [(item, item.build()) if isinstance(item, WorkloadSpec) else (None, item) for item in as_specs(workloads)]
     _check_variant_knobs([func for _, func in built], profile, variants)
     start = time.perf_counter()
-    for i, (spec, func) in enumerate(built, 1):
-        label = spec.name if spec else func.name
+    labels = _unique([spec.name if spec else func.name for spec, func in built])
+    for i, ((spec, func), label) in enumerate(zip(built, labels), 1):
         if progress is not None:
             progress(f"compare: workload {i}/{len(built)}: {label} ({', '.join(methods)}; "
                      f"{time.perf_counter() - start:.0f} s so far)")
@@ -129,6 +129,19 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     df.attrs.update({"target": profile.key, "measured": measured, "histories": histories,
                      "roofline": "measured ceilings" if ceilings else f"profile {profile.key}"})
     return df
+
+
+def _unique(labels: list[str]) -> list[str]:
+    """Labels as given, a repeated one numbered (``matmul``, ``matmul #2``): rows, charts and convergence
+    curves are keyed by label, so two workloads must not share one."""
+    out: list[str] = []
+    for label in labels:
+        n, name = 1, label
+        while name in out:
+            n += 1
+            name = f"{label} #{n}"
+        out.append(name)
+    return out
 
 
 def _check_arguments(workloads: list[Any], methods: tuple[Any, ...], topk: int, trials: int, strategy: str,

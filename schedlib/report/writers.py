@@ -109,7 +109,9 @@ def prepare_out_dir(out_dir: str | Path) -> Path:
 
 def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, list[float]] | None = None,
                  title: str = "schedlib comparison") -> dict[str, Path]:
-    """Write ``report.csv``, ``report.md`` and ``report.html`` under ``out_dir``; returns their paths."""
+    """Write ``report.csv``, ``report.md`` and ``report.html`` under ``out_dir``; returns their paths.
+    ``histories`` (workload -> best-so-far time per trial) draws the search's convergence; by default the
+    ones ``compare`` keeps in ``df.attrs["histories"]``."""
     if not isinstance(df, pd.DataFrame) or "config" not in df.columns:
         raise TypeError(f"write_report needs the DataFrame sl.report.compare returns, got {type(df).__name__}"
                         + (f" with columns {list(df.columns)}" if isinstance(df, pd.DataFrame) else ""))
@@ -121,7 +123,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, 
           f"{df.attrs.get('roofline')}.", "", markdown_table(df, SUMMARY), ""]
     md_path.write_text("\n".join(md))
     bars = roofline_bars(df)
-    conv = convergence_plot(histories or {})
+    conv = convergence_plot(histories if histories is not None else df.attrs.get("histories") or {})
     parts = [f"<h1>{html.escape(title)}</h1>", f"<p>Target {html.escape(str(df.attrs.get('target')))}; times "
              f"{html.escape(source)}.</p>", "<table border='1' cellspacing='0' cellpadding='3'>",
              "<tr>" + "".join(f"<th>{c}</th>" for c in SUMMARY) + "</tr>"]

@@ -154,3 +154,12 @@ def test_the_search_row_counts_this_comparisons_trials(tmp_path: Path) -> None:
     assert resumed["trials"].tolist() == [9]
     assert resumed["source"].iloc[0] == ("estimated; best of the study's 9 trials, 3 of them run by this call "
                                          "(tuning_s counts those)")
+
+
+def test_workloads_with_one_label_keep_rows_and_curves_apart(tmp_path: Path) -> None:
+    funcs = [sl.workloads.matmul(128, 128, 128), sl.workloads.matmul(256, 256, 256)]  # both named "matmul"
+    df = compare(funcs, "h100", methods=("rule", "search"), trials=4, backend="estimate")
+    assert df["workload"].tolist() == ["matmul", "matmul", "matmul #2", "matmul #2"]
+    assert sorted(df.attrs["histories"]) == ["matmul", "matmul #2"]
+    html = sl.report.write_report(df, tmp_path)["html"].read_text()  # the curves come from df.attrs
+    assert "Search convergence" in html and html.count("alt='matmul") == 2
