@@ -128,3 +128,24 @@ def test_replay_by_name_with_a_file(tmp_path: Path) -> None:
     assert by_spec.key.backend == by_kw.key.backend == S.ReplayBackend(path).key
     with pytest.raises(ValueError, match="needs a recording"):
         S.tune(toy_func(), "h100", trials=2, storage="memory", backend="replay", rule=ToyRule(), quiet=True)
+
+
+def test_replay_refuses_another_device(tmp_path: Path) -> None:
+    """Times measured on one card are not another's: a recording says where it was measured."""
+    path = S.write_recording(tmp_path / "toy.json", toy_table(), func=toy_func(), device="h100")
+    with pytest.raises(SchedlibError, match=r"was measured on h100, not on a100; tune with --target h100"):
+        S.tune(toy_func(), "a100", trials=2, storage="memory", backend=S.ReplayBackend(path), rule=ToyRule(),
+               quiet=True)
+    done = S.tune(toy_func(), "h100", trials=2, storage="memory", backend=S.ReplayBackend(path), rule=ToyRule(),
+                  quiet=True)
+    assert done.measured_now == 2
+
+
+def test_the_records_frame_tune_returns_can_be_saved_as_a_recording(tmp_path: Path) -> None:
+    func = toy_func()
+    first = S.tune(func, "h100", trials=4, storage="memory", backend=S.ReplayBackend(toy_table()), rule=ToyRule(),
+                   quiet=True)
+    path = S.write_recording(tmp_path / "again.json", first.records, func=func, device="h100")
+    again = S.tune(func, "h100", trials=4, storage="memory", backend=S.ReplayBackend(path), rule=ToyRule(),
+                   quiet=True)
+    assert (again.best_config, again.best_time_us) == (first.best_config, first.best_time_us)

@@ -140,7 +140,10 @@ def read_recording(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def write_recording(path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]], *,
                     func: Func | None = None, device: str | None = None, origin: str = "") -> Path:
-    """Save ``[{"config", "time_us", "status"}, ...]`` as a JSON recording tied to ``func`` (when given)."""
+    """Save ``[{"config", "time_us", "status"}, ...]`` (or the ``records`` frame ``tune`` returns) as a JSON
+    recording tied to ``func`` (when given)."""
+    if isinstance(records, pd.DataFrame):
+        records = records.to_dict("records")
     path = Path(path)
     meta: dict[str, Any] = {"format": FORMAT, "origin": origin}
     if func is not None:
@@ -202,6 +205,13 @@ class ReplayBackend(Backend):
         if recorded is not None and recorded != workload_hash(func):
             raise SchedlibError(f"replay recording {self.where} was made for "
                                 f"{self.meta.get('signature', recorded)}, not for {signature(func)}")
+        device = self.meta.get("device")
+        known = {str(n).lower() for n in (getattr(target, "key", None), getattr(target, "name", None),
+                                          *getattr(target, "aliases", ())) if n}
+        if device is not None and known and str(device).lower() not in known:
+            # times from one card are not the timings of another: the study is keyed by the target
+            raise SchedlibError(f"replay recording {self.where} was measured on {device}, not on "
+                                f"{getattr(target, 'key', target)}; tune with --target {device} (target={device!r})")
         space = rule.space(func, target)
         names = set(space.names)
         some = next(iter(self.table.values()), None)
