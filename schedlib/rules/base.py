@@ -163,6 +163,8 @@ class Rule(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "default_config" in cls.__dict__:
+            cls.default_config = _fitting_the_space(cls.__dict__["default_config"])  # type: ignore[method-assign]
         for name in cls._TARGET_METHODS:
             if name in cls.__dict__:
                 setattr(cls, name, _resolving_target(cls.__dict__[name]))
@@ -232,6 +234,37 @@ def _one_of(value: Any, values: tuple[Any, ...]) -> bool:
     """``value`` is one of ``values`` with the same type too: ``32.0`` or ``True`` equal ``32`` or ``1`` but would
     reach the schedule as a float split factor or a flag."""
     return any(value == v and type(value) is type(v) for v in values)
+
+
+def _fitting_the_space(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A rule's default made legal for the target: the expert choices are tuned for the usual limits (1024
+    threads per block), so a profile with smaller ones (a custom card file) could make them illegal.  Then the
+    legal point nearest to the expert choice is taken instead (:func:`nearest_legal`)."""
+    @functools.wraps(method)
+    def call(self: Rule, func: Func, target: Any, *args: Any, **kwargs: Any) -> Any:
+        config = method(self, func, target, *args, **kwargs)
+        space = self.space(func, target)
+        return config if space.is_legal(config) else nearest_legal(space, config)
+
+    return call
+
+
+def nearest_legal(space: Space, config: Mapping[str, Any], limit: int = 200_000) -> Config:
+    """The legal point of ``space`` closest to ``config``: numeric knobs by how many doublings apart their
+    values are, others by whether they differ; ties keep the earlier point (the smaller values)."""
+    def distance(point: Config) -> float:
+        total = 0.0
+        for name, want in config.items():
+            got = point.get(name)
+            numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (want, got))
+            total += abs(math.log2(got / want)) if numbers else float(got != want)
+        return total
+
+    best = min(space.enumerate(limit), key=distance, default=None)
+    if best is None:
+        raise ScheduleError(f"{space.rule}.default_config", "config", dict(config),
+                            "the space has no legal point on this target")
+    return {name: best[name] for name in config} if set(config) == set(best) else best
 
 
 def _resolving_target(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -4,6 +4,7 @@ on a hand-made space with known answers and on every rule's real space."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import re
 
@@ -157,3 +158,24 @@ def test_an_explicit_config_for_a_func_the_rule_does_not_take_says_why() -> None
                                                r"apply: no small axis"):
         gemv.apply(sl.workloads.matmul(64, 64, 64), "h100", {"rows_per_block": 4})
     assert gemv.apply(sl.workloads.matmul(64, 64, 64), "h100") is None  # the dispatcher's question: no
+
+
+SMALL_BLOCKS = [wl.gemv(512, 512), wl.gemv(512, 512, trans=True), wl.gemv(512, 512, batch=4), wl.reduce(256, 512),
+                wl.reduce(256, 512, axis=0), wl.reduce(4, 1 << 20), wl.softmax(64, 512, axis=0), wl.transpose(256, 256),
+                wl.elementwise((256, 256)), wl.softmax(64, 512), wl.matmul(128, 128, 128)]
+
+
+@pytest.mark.parametrize("func", SMALL_BLOCKS, ids=lambda f: f"{f.name}-{f.blocks[-1].kinds}")
+def test_every_default_fits_a_card_with_small_thread_blocks(func: sl.Func) -> None:
+    """A profile allowing 128 threads per block: each default is a legal point of the space, the one nearest
+    the expert choice, and its kernel launches within the limit."""
+    import dataclasses
+
+    small = dataclasses.replace(schedlib.hw.load("a100"), max_threads_per_block=128)
+    rule = rules.find_rule(func, small)
+    config = rule.default_config(func, small)
+    assert rule.space(func, small).reason(config) is None, config
+    kernel = sl.build(rule.apply(func, small), small)
+    assert all(math.prod(spec.block) <= 128 for spec in kernel.launch), [spec.block for spec in kernel.launch]
+    assert config == rule.default_config(func, "a100") or any(
+        config[k] < v for k, v in rule.default_config(func, "a100").items() if isinstance(v, int))
