@@ -14,9 +14,12 @@ Failed measurements train as "twice slower than the slowest success", so the mod
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import signal
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -196,16 +199,17 @@ class CostModel:
         if y is None or len(configs) < 2:
             return self
         X = self.featurizer.matrix(configs)
-        if self.objective == "regression":
-            model = xgboost.XGBRegressor(objective="reg:squarederror", **self.params)
-            model.fit(X, y)
-        else:
-            # "mean" pairs: every record is compared with random others, not only its top-k neighbours
-            model = xgboost.XGBRanker(objective="rank:pairwise", lambdarank_pair_method="mean",
-                                      lambdarank_num_pair_per_sample=8, **self.params)
-            model.fit(X, -y, qid=np.zeros(len(y), dtype=np.int32))
-        self._booster, self.n_train = model, len(configs)
-        self.fits += 1
+        with interrupt_after():
+            if self.objective == "regression":
+                model = xgboost.XGBRegressor(objective="reg:squarederror", **self.params)
+                model.fit(X, y)
+            else:
+                # "mean" pairs: every record is compared with random others, not only its top-k neighbours
+                model = xgboost.XGBRanker(objective="rank:pairwise", lambdarank_pair_method="mean",
+                                          lambdarank_num_pair_per_sample=8, **self.params)
+                model.fit(X, -y, qid=np.zeros(len(y), dtype=np.int32))
+            self._booster, self.n_train = model, len(configs)
+            self.fits += 1
         return self
 
     def update(self, records: Sequence[Any]) -> bool:
@@ -224,7 +228,8 @@ class CostModel:
                                f"{self.min_train} measured records)")
         if not configs:
             return np.zeros(0)
-        score = self._booster.get_booster().inplace_predict(self.featurizer.matrix(configs))
+        with interrupt_after():
+            score = self._booster.get_booster().inplace_predict(self.featurizer.matrix(configs))
         return np.asarray(score, dtype=float) if self.objective == "regression" else -np.asarray(score, float)
 
     def rank_correlation(self, configs: Sequence[Config], times_us: Sequence[float]) -> dict[str, float]:
@@ -259,3 +264,24 @@ class CostModel:
     def __repr__(self) -> str:
         state = f"trained on {self.n_train}" if self.trained else "untrained"
         return f"<CostModel {self.objective}, {len(self.featurizer.names)} features, {state}>"
+
+
+@contextlib.contextmanager
+def interrupt_after() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, then deliver it.  XGBoost trains in native code that calls back into
+    Python: an interrupt landing there was lost, or surfaced as an XGBoostError with a C++ backtrace, or left
+    a half-built booster.  Held, it stops the search cleanly one fit (well under a second) later."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if previous is signal.default_int_handler:
+            raise KeyboardInterrupt
+        if callable(previous):
+            previous(signal.SIGINT, None)

@@ -129,3 +129,29 @@ def test_replay_gaps_do_not_train_the_model() -> None:
     statuses = res.records["status"].value_counts().to_dict()
     assert statuses.get("not_recorded", 0) > 10, statuses
     assert res.cost_model is not None and res.cost_model.n_train == statuses["ok"]
+
+
+@pytest.mark.parametrize("objective", ["regression", "rank"])
+def test_ctrl_c_during_training_arrives_after_the_fit(objective: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt that lands inside XGBoost's native training is held until the fit returns: the model is
+    whole, and the KeyboardInterrupt reaches the caller (it was lost, or raised as an XGBoostError)."""
+    import os
+    import signal
+
+    import xgboost
+
+    func, table = matmul_table(1024, 1024, 1024)
+    cls = xgboost.XGBRegressor if objective == "regression" else xgboost.XGBRanker
+    real_fit = cls.fit
+
+    def interrupted_fit(self: object, *args: object, **kwargs: object) -> object:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, delivered while the fit runs
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "fit", interrupted_fit)
+    model = _model(func, objective)
+    with pytest.raises(KeyboardInterrupt):
+        model.fit([r["config"] for r in table[:40]], [r["time_us"] for r in table[:40]])
+    assert model.trained and model.fits == 1 and model.n_train == 40
+    assert np.isfinite(model.predict([r["config"] for r in table[40:50]])).all()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
