@@ -276,9 +276,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if set(args.methods) == {"vendor"} and (args.backend == "estimate" or _no_gpu_reason() is not None):
         raise UsageError("--methods vendor: the vendor library has no time without a GPU (the carver's model "
                          "estimates schedlib's kernels only); add rule, carver or search, or measure on a GPU")
+    explicit = None if is_auto(args.target) else resolve(args.target)  # a bad --target creates no folder
     prepare_out_dir(args.out)  # before the note below: a bad --out is the whole answer
-    if not is_auto(args.target):
-        profile = resolve(args.target)
+    if explicit is not None:
+        profile = explicit
     elif args.backend == "estimate":  # as compare() does: estimates for "auto" use the h100 numbers
         profile = _fallback("--backend estimate does not look for the GPU")
     else:

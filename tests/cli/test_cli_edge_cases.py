@@ -174,3 +174,11 @@ def test_compare_quiet_prints_no_progress(tmp_path: Path, capsys: pytest.Capture
     assert cli.main(["compare", "--workload", "transpose:M=64,N=64", "--target", "h100", "--methods", "rule",
                      "--backend", "estimate", "--out", str(tmp_path / "q"), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_compare_with_an_unknown_target_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "never"
+    assert cli.main(["compare", "--workload", "transpose:M=64,N=64", "--target", "nosuch", "--methods", "rule",
+                     "--backend", "estimate", "--out", str(out)]) == 2
+    assert "nosuch" in capsys.readouterr().err
+    assert not out.exists()
