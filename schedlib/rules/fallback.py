@@ -6,11 +6,13 @@ Each stage becomes its own kernel: its spatial loops are moved outermost, fused 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from schedlib.hw import HardwareProfile
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
+from schedlib.rules.analysis import const_or
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
 
 
@@ -28,7 +30,20 @@ class FallbackRule(Rule):
         return {"threads": 256}
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling | None:
-        return None
+        """The carver's view of the stage with the most work (outputs x reduced elements): a block of
+        ``threads`` consecutive outputs, mostly along the innermost spatial axis, each thread walking its
+        reduction one element per step (every step a round trip to memory)."""
+        main = max(func.blocks, key=lambda b: math.prod(const_or(a.extent, 4096) for a in b.axes))
+        spatial = [a for a in main.axes if a.kind == "S"]
+        tile = {a.name: (const_or(a.extent, 4096) if a.kind == "R" else 1) for a in main.axes}
+        left = config["threads"]
+        for a in reversed(spatial):  # the fused index runs fastest along the innermost axis
+            take = min(left, const_or(a.extent, 4096))
+            tile[a.name] = take
+            left = max(1, left // take)
+        thread = {a.name: 1 for a in spatial}
+        step = {a.name: 1 for a in main.axes if a.kind == "R"}
+        return Tiling(main.name, tile, thread, step, config["threads"], 0, 32)
 
     def schedule(self, func: Func, facts: Any, config: Config, target: HardwareProfile) -> Schedule:
         s = Schedule(func)

@@ -16,6 +16,7 @@ from schedlib.hw import list as profile_keys
 from schedlib.hw import load
 from schedlib.rules import find_rule, get_rule
 from schedlib.rules.base import Knob, Space
+from schedlib.runtime.emulator.build import find_gxx
 
 REQUIRED = [
     "rule", "config", "main_block", "block_tile", "grid_blocks", "threads_per_block", "registers_per_thread",
@@ -224,3 +225,22 @@ def test_outer_layout_default_keeps_enough_loads_in_flight(make) -> None:
     est = schedlib.carver.estimate(func, profile, default)
     assert est["bound"] != "latency", est["reason"]
     assert est["est_time_us"] <= 1.1 * best["est_time_us"], (est["reason"], best["config"])
+
+
+@pytest.mark.skipif(find_gxx() is None, reason="needs g++ for the CPU emulator")
+def test_a_func_only_the_fallback_takes_is_ranked_too() -> None:
+    """A 1-D convolution (no special rule): the fallback's one knob is ranked, and the best point builds and
+    computes the convolution; its reduction walks one element per round trip, which the reason says."""
+    import numpy as np
+
+    X = sl.placeholder((4096,), "float32", "X")
+    W = sl.placeholder((9,), "float32", "W")
+    k = sl.reduce_axis(9, "k")
+    conv = sl.func([X, W, sl.compute((4088,), lambda i: sl.sum(X[i + k] * W[k], axis=k), "Y")], "conv1d")
+    assert sl.rules.find_rule(conv, "h100").name == "fallback"
+    ranked = sl.carver.carve(conv, "h100", 3)
+    assert len(ranked) == 3 and (ranked["est_time_us"] > 0).all()
+    assert ranked["reason"].iloc[0].startswith("latency-bound: 9 dependent memory round trips")
+    x, w = np.random.default_rng(0).random(4096, np.float32), np.random.default_rng(1).random(9, np.float32)
+    got = sl.build(sl.carver.best(conv, "h100"), "h100").run_cpu(x, w)
+    np.testing.assert_allclose(got, np.convolve(x, w[::-1], "valid"), rtol=1e-5)
