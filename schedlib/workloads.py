@@ -7,6 +7,8 @@ GEMV's dequantised weight is ``Wd``.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -16,7 +18,7 @@ import numpy as np
 
 from schedlib.errors import IRError
 from schedlib.ir import tensor as te
-from schedlib.ir.dtype import check_dtype, is_float
+from schedlib.ir.dtype import canonical_dtype, check_dtype, is_float
 from schedlib.ir.expr import Expr, ExprLike, binary
 from schedlib.ir.func import Func, make_func
 
@@ -70,6 +72,22 @@ def _epilogue(x: Expr, epilogue: str | None, added: Expr | None, acc: str, out: 
     return x.astype(out)
 
 
+def _numpy_dtypes(builder: Callable[..., Func]) -> Callable[..., Func]:
+    """Let a builder's ``*dtype`` arguments be numpy dtypes too (``np.float16``), as ``placeholder``'s are."""
+    signature = inspect.signature(builder)
+
+    @functools.wraps(builder)
+    def call(*args: Any, **kwargs: Any) -> Func:
+        bound = signature.bind(*args, **kwargs)
+        for name, value in bound.arguments.items():
+            if name.endswith("dtype") and value is not None and not isinstance(value, str):
+                bound.arguments[name] = canonical_dtype(value, name)
+        return builder(*bound.args, **bound.kwargs)
+
+    return call
+
+
+@_numpy_dtypes
 def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: str = "float32",
            accum_dtype: str | None = None, out_dtype: str | None = None, trans_a: bool = False,
            trans_b: bool = False, batch: ExprLike | None = None, epilogue: str | None = None) -> Func:
@@ -113,6 +131,7 @@ def matmul(M: ExprLike = 1024, N: ExprLike = 1024, K: ExprLike = 1024, dtype: st
     return make_func([A, B, *extra, D], "matmul" if epilogue is None else f"matmul_{epilogue}")
 
 
+@_numpy_dtypes
 def gemv(N: ExprLike = 4096, K: ExprLike = 4096, dtype: str = "float16", trans: bool = False,
          batch: ExprLike = 1, epilogue: str | None = None, accum_dtype: str | None = None,
          out_dtype: str | None = None, weight_dtype: str | None = None) -> Func:
@@ -168,6 +187,7 @@ def _norm_axis(workload: str, axis: Any) -> bool:
     return axis == 0
 
 
+@_numpy_dtypes
 def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: int = -1,
            dtype: str = "float32") -> Func:
     """Reduce a rows x cols matrix over its last (``axis=-1``/1) or first (``axis=0``) axis.
@@ -198,6 +218,7 @@ def reduce(rows: ExprLike = 4096, cols: ExprLike = 4096, op: str = "sum", axis: 
     return make_func([X, count], "reduce_mean")
 
 
+@_numpy_dtypes
 def softmax(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", axis: int = -1) -> Func:
     """Softmax over each row (``axis=-1``) or each column (``axis=0``), computed in float32: max, exp, sum,
     normalise."""
@@ -222,6 +243,7 @@ def softmax(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32"
     return make_func([X, Y], "softmax")
 
 
+@_numpy_dtypes
 def rmsnorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", eps: float = 1e-6,
             axis: int = -1) -> Func:
     """``y = x * rsqrt(mean(x^2) + eps) * w`` over each row (``axis=-1``) or each column (``axis=0``); the
@@ -244,6 +266,7 @@ def rmsnorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32"
     return make_func([X, Wt, Y], "rmsnorm")
 
 
+@_numpy_dtypes
 def layernorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float32", eps: float = 1e-5,
               axis: int = -1) -> Func:
     """``y = (x - mean) * rsqrt(var + eps) * gamma + beta`` over each row (``axis=-1``) or each column
@@ -275,6 +298,7 @@ def layernorm(rows: ExprLike = 4096, cols: ExprLike = 4096, dtype: str = "float3
     return make_func([X, G, Bt, Y], "layernorm")
 
 
+@_numpy_dtypes
 def elementwise(shape: Sequence[ExprLike] = (4096, 4096), chain: Sequence[str] = ("add", "relu"),
                 dtype: str = "float32", scale: float = 0.5) -> Func:
     """A chain of element-wise stages; ``add``/``mul`` combine with a second input ``Y``.
@@ -322,6 +346,7 @@ def elementwise(shape: Sequence[ExprLike] = (4096, 4096), chain: Sequence[str] =
     return make_func([*inputs, cur], "elementwise_" + "_".join(chain))
 
 
+@_numpy_dtypes
 def transpose(M: ExprLike = 4096, N: ExprLike = 4096, dtype: str = "float32") -> Func:
     """``Y[j, i] = X[i, j]``."""
     M, N = _size("transpose", "M", M), _size("transpose", "N", N)

@@ -260,3 +260,11 @@ def test_a_dimension_may_share_its_name_with_an_axis(make: Callable[[], Func]) -
         np.testing.assert_allclose(value, got[name], rtol=1e-6)
     if func.name == "matmul":
         np.testing.assert_allclose(got["C"], inputs["A"] @ inputs["B"], rtol=1e-5, atol=1e-5)
+
+
+def test_workload_dtypes_may_be_numpy_dtypes() -> None:
+    func = sl.workloads.matmul(16, 16, 16, np.float16, out_dtype=np.dtype("float32"))
+    assert (func.buffer("A").dtype, func.buffer("C").dtype) == ("float16", "float32")
+    assert str(sl.workloads.softmax(8, 8, np.float16)) == str(sl.workloads.softmax(8, 8, "float16"))
+    with pytest.raises(sl.IRError, match=r"dtype='float64': unknown dtype"):
+        sl.workloads.softmax(8, 8, np.float64)

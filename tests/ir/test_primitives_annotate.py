@@ -242,6 +242,8 @@ NEGATIVE = [
            "writes global buffer C"),
     Reject("storage-align-dim", _cached, lambda s: s.storage_align("A_shared", 1, 32, 1), "storage_align", "dim",
            1, "non-last dimension of A_shared (0..0)"),
+    Reject("storage-align-huge-factor", _cached, lambda s: s.storage_align("A_shared", 0, 2**40, 1),
+           "storage_align", "factor", 2**40, "must be at most 2147483647"),
     Reject("storage-align-one-dim", _cached_vector, lambda s: s.storage_align("A_shared", 0, 32, 1),
            "storage_align", "dim", 0, "A_shared has 1 dimension(s), so no non-last dimension to pad"),
     Reject("storage-align-factor", _cached, lambda s: s.storage_align("A_shared", 0, 0, 0), "storage_align",

@@ -56,7 +56,7 @@ def storage_align(func: Func, block: str, dim: int, factor: int, offset: int) ->
         fail(prim, "dim", dim, f"{buf.name} has {len(buf.shape)} dimension(s), so no non-last dimension to pad")
     if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(buf.shape) - 1:
         fail(prim, "dim", dim, f"must index a non-last dimension of {buf.name} (0..{len(buf.shape) - 2})")
-    check_positive_int(prim, "factor", factor)
+    check_positive_int(prim, "factor", factor, upper=2**31 - 1)  # a row stride is a 32-bit index
     if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < factor:
         fail(prim, "offset", offset, f"must be an integer in [0, factor={factor})")
     align = (*(a for a in buf.align if a[0] != dim), (dim, factor, offset))
