@@ -316,3 +316,37 @@ def test_symbolic_sizes_are_checked_once_bound() -> None:
 def test_a_dimension_beyond_the_index_type_is_an_ir_error() -> None:
     with pytest.raises(sl.IRError, match="does not fit the 32-bit index type"):
         sl.placeholder((2**31, 4), "float32", "X")
+
+
+def _tile_written_back_at(scope: str, inside_x: bool) -> sl.Schedule:
+    """A 13x10 matmul tiled 8x4 over blockIdx.y/x; its accumulator (in ``scope``) is written back at the
+    blockIdx.y loop (outside the blockIdx.x one) or inside both."""
+    s = sl.Schedule(sl.workloads.matmul(13, 10, 11))
+    i, j, k = s.get_loops("C")
+    bi, ii = s.split(i, [None, 8])
+    bj, jj = s.split(j, [None, 4])
+    s.reorder(bi, bj, ii, jj, k)
+    s.bind(bi, "blockIdx.y")
+    s.bind(bj, "blockIdx.x")
+    s.bind(jj, "threadIdx.x")
+    acc = s.cache_write("C", scope)
+    s.reverse_compute_at(acc, bj if inside_x else bi)
+    return s
+
+
+@pytest.mark.parametrize("scope", ["shared", "global"])
+def test_a_reader_outside_a_blockidx_loop_of_its_writer_is_refused(scope: str) -> None:
+    """Each CUDA block computes its own columns; a write-back covering the whole row of tiles would read
+    the other blocks' columns, from its own shared memory (never written: the emulator read NaN for 88 of
+    130 outputs) or from global memory with no order between the blocks."""
+    with pytest.raises(sl.BuildError, match=r"block C_\w+ reads C_\w+ \(" + scope + r"\), which C writes inside "
+                                            r"loop C.j_0 bound to blockIdx.x; .*Attach C_\w+ inside C.j_0"):
+        sl.build(_tile_written_back_at(scope, inside_x=False), "h100")
+
+
+@pytest.mark.emulator
+def test_the_same_write_back_inside_every_blockidx_loop_builds_and_is_right() -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.random((13, 11), np.float32), rng.random((11, 10), np.float32)
+    out = sl.build(_tile_written_back_at("shared", inside_x=True), "h100").run_cpu(a, b, bounds_check=True)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5)

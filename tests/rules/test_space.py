@@ -134,11 +134,8 @@ def test_every_rule_space_keeps_the_contract(rule_name, make, target) -> None:
     default = rule.default_config(func, profile)
     assert default in points, f"default {default} is not a legal point of the {rule_name} space"
     tiling = rule.tiling(func, profile, default)
-    if rule_name == "fallback":
-        assert tiling is None
-    else:
-        assert tiling is not None and 0 < tiling.threads <= profile.max_threads_per_block
-        assert 0 <= tiling.shared_bytes <= profile.shared_memory_per_block
+    assert tiling is not None and 0 < tiling.threads <= profile.max_threads_per_block
+    assert 0 <= tiling.shared_bytes <= profile.shared_memory_per_block
 
 
 def test_a_config_read_back_from_a_carver_row_applies() -> None:
