@@ -145,7 +145,7 @@ class VectorAccess:
         if guards is None:
             return None
         value = simplify(substitute(block.value, self.bindings), self.ranges)
-        guarded = _guarded_loads(value, lp.name)
+        guarded = _guarded_loads(value)
         reads: dict[Load, _Access] = {}
         for ld in loads(value):
             if ld in reads or ld in guarded or ld.buffer == block.store or lp.name not in free_vars(ld):
@@ -212,10 +212,11 @@ class VectorAccess:
         return True
 
 
-def _guarded_loads(e: Expr, var: str) -> set[Load]:
-    """Loads that run only under a condition varying with ``var`` (a select's branches, the right side of
-    ``and``/``or``): a vector load would read all ``width`` elements up front, past the guard (a pad op's
-    ``if_then_else(i < n, X[i], 0)`` read beyond the end of X)."""
+def _guarded_loads(e: Expr) -> set[Load]:
+    """Loads that run only under a condition (a select's branches, the right side of ``and``/``or``): a
+    vector load reads all ``width`` elements up front, before and whatever the guard says (a pad op's
+    ``if_then_else(i < n, X[i], 0)`` read beyond the end of X, whether the condition varies along the vector
+    or with an outer loop, ``if_then_else(row < 3, X[row, j], 0)``)."""
     out: set[Load] = set()
 
     def visit(x: Expr, guarded: bool) -> None:
@@ -226,12 +227,12 @@ def _guarded_loads(e: Expr, var: str) -> set[Load]:
                 visit(i, guarded)
         elif isinstance(x, Select):
             visit(x.cond, guarded)
-            branch = guarded or var in free_vars(x.cond)
+            branch = guarded or not isinstance(x.cond, Const)
             visit(x.then, branch)
             visit(x.other, branch)
         elif isinstance(x, Binary) and x.op in ("and", "or"):
             visit(x.a, guarded)
-            visit(x.b, guarded or var in free_vars(x.a))
+            visit(x.b, guarded or not isinstance(x.a, Const))
         else:
             for child in children(x):
                 visit(child, guarded)

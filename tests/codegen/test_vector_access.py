@@ -174,3 +174,20 @@ def test_a_register_tile_written_back_as_vectors_is_16_byte_aligned(rng: np.rand
     body = "\n".join(kernel_bodies(k.source).values())
     assert "__align__(16) float C_local[16];" in body and "// block C_local: 4-wide vector copy" in body
     np.testing.assert_allclose(k.run_cpu(A, B, bounds_check=True), A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.emulator
+def test_a_load_under_a_select_on_an_outer_loop_is_not_hoisted() -> None:
+    """Rows 3 and 4 of the padded output read no X; a vector load hoisted before the select read them past
+    the end of X (``SL_VLOAD`` out of bounds), because the condition varies with the row, not the vector."""
+    X = sl.placeholder((3, 8), "float32", "X")
+    Y = sl.compute((5, 8), lambda i, j: sl.if_then_else(i < 3, X[i, j], 0.0), "Y")
+    s = sl.Schedule(sl.func([X, Y], "pad_rows"))
+    i, j = s.get_loops("Y")
+    jo, jv = s.split(j, [None, 4])
+    s.bind(i, "blockIdx.x")
+    s.bind(jo, "threadIdx.x")
+    s.vectorize(jv)
+    x = np.random.default_rng(0).random((3, 8), np.float32)
+    out = sl.build(s, "h100").run_cpu(x, bounds_check=True)
+    np.testing.assert_array_equal(out, np.concatenate([x, np.zeros((2, 8), np.float32)]))
