@@ -7,6 +7,7 @@ from importlib import resources
 
 from schedlib.codegen.cuda_expr import HELPERS, NAN_HELPERS
 from schedlib.codegen.grid_locality import check_grid_locality
+from schedlib.codegen.identifiers import distinct_loop_names
 from schedlib.codegen.kernel_spec import KernelSpec
 from schedlib.codegen.kernel_writer import KernelWriter
 from schedlib.codegen.layout import check_index_range
@@ -49,6 +50,7 @@ def generate(func: Func) -> CudaModule:
         raise BuildError(f"generate needs a Func, got {type(func).__name__}")
     check_index_range(func)
     check_grid_locality(func)
+    func = distinct_loop_names(func)
     scratch = tuple(b for b in func.buffers
                     if b.scope == "global" and b.name not in func.inputs and b.name not in func.outputs)
     names = {b.name for b in scratch}

@@ -42,3 +42,23 @@ def test_rfactor_axes_avoid_a_size_named_like_them() -> None:
         s.bind(s.get_loops(block)[0], "blockIdx.x")
     a = np.random.default_rng(1).random((4, 5), dtype=np.float32)
     np.testing.assert_allclose(sl.build(s, "sm_90").run_cpu(a, bounds_check=True), a.sum(axis=1), rtol=1e-5)
+
+
+def test_a_loop_whose_c_name_is_a_size_or_a_buffer_is_renamed_in_the_kernel() -> None:
+    """The loop ``out.n`` prints as ``out_n``; beside a size called ``out_n`` it shadowed the size and the
+    loop ``for (int out_n = 0; out_n < out_n; ...)`` ran nothing.  A buffer called ``Y_j`` beside the loop
+    ``Y.j`` did not compile."""
+    rows = sl.var("out_n")
+    X = sl.placeholder((rows, 16), "float32", "X")
+    r = sl.reduce_axis(16, "k")
+    total = sl.func([X, sl.compute((rows,), lambda n: sl.sum(X[n, r], axis=r), "out")], "rowsum")
+    kernel = sl.build(total, "h100")
+    assert "out_n < out_n" not in kernel.source
+    np.testing.assert_array_equal(kernel.run_cpu(np.ones((5, 16), np.float32)), np.full(5, 16.0, np.float32))
+
+    Yj = sl.placeholder((3, 8), "float32", "Y_j")
+    s = sl.Schedule(sl.func([Yj, sl.compute((3, 8), lambda i, j: Yj[i, j] + 1.0, "Y")], "plus_one"))
+    s.bind(s.get_loops("Y")[1], "threadIdx.x")
+    x = np.arange(24, dtype=np.float32).reshape(3, 8)
+    np.testing.assert_array_equal(sl.build(s, "h100").run_cpu(x, bounds_check=True), x + 1)
+    assert s.get_loops("Y") == ["Y.i", "Y.j"]  # the schedule keeps its names
