@@ -37,3 +37,4 @@ class KernelSpec:
     dynamic_smem: int
     static_smem: int
     tensor_maps: tuple[TensorMapSpec, ...] = ()
+    local_bytes: int = 0  # per thread, of the kernel's local arrays (the emulator sizes its stacks by it)

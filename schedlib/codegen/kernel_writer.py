@@ -357,12 +357,14 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
             dynamic, static = offset, 0
         else:
             decls += [f"SL_SHARED({t}, {name}, {n});" for t, name, n, _ in arrays]
+        local_bytes = 0
         for b in self.local:
             n = as_int(size_elements(b))
             if n is None:
                 raise BuildError(f"local buffer {b.name} has symbolic size; compact it with compute_at")
             # 16-byte aligned: a vector copy may read a register array as 8 or 16 bytes at a time
             decls.append(f"__align__(16) {ctype(b.dtype)} {mangle(b.name)}[{n}];")
+            local_bytes += -(-n * BYTES[b.dtype] // 16) * 16
         params = []
         for p in self.params:
             if p.startswith(SYMBOL_PREFIX):
@@ -374,6 +376,7 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
         text = "\n".join([head, *("  " + d for d in decls), *body, "}"])
         grid = tuple(self.grid.get(t, Const(1)) for t in BLOCK_TAGS)
         block = tuple(self.threads[t] for t in THREAD_TAGS)
-        spec = KernelSpec(self.name, grid, block, self.params, dynamic, static)  # type: ignore[arg-type]
+        spec = KernelSpec(self.name, grid, block, self.params, dynamic, static,  # type: ignore[arg-type]
+                          local_bytes=local_bytes)
         return text, spec
 

@@ -34,6 +34,7 @@ class LaunchSpec:
     dynamic_smem: int
     params: tuple[str, ...]
     tensor_maps: tuple[TensorMapSpec, ...] = ()  # parameters the runtime fills with TMA tensor maps
+    local_bytes: int = 0  # per thread, of the kernel's local arrays
 
     def grid_for(self, symbols: Mapping[str, int], *, empty: bool = True) -> tuple[int, int, int]:
         """The grid at these symbol values, computed in exact ints; ShapeError where it passes CUDA's limits,
@@ -78,7 +79,8 @@ class Kernel:
         self.arch = arch
         self.target = target
         self.launch: tuple[LaunchSpec, ...] = tuple(
-            LaunchSpec(k.name, k.grid, k.block, k.dynamic_smem, k.params, k.tensor_maps) for k in module.kernels)
+            LaunchSpec(k.name, k.grid, k.block, k.dynamic_smem, k.params, k.tensor_maps, k.local_bytes)
+            for k in module.kernels)
         self._gpu_module: Any = None  # loaded on the first GPU call
         self._launch_cache = LaunchCache()  # symbol values already checked, and their grids
 
@@ -184,7 +186,7 @@ class Kernel:
         for spec in self.launch:  # encoded by the emulator from the arrays it launches with
             args.update({tm.param: tm for tm in spec.tensor_maps})
         grids = launch_grids(self.func, self.launch, symbols, self._launch_cache)
-        launches = [KernelLaunch(spec.name, grid, spec.block, spec.params, spec.dynamic_smem)
+        launches = [KernelLaunch(spec.name, grid, spec.block, spec.params, spec.dynamic_smem, spec.local_bytes)
                     for spec, grid in zip(self.launch, grids)]
         return launches, args, outputs
 

@@ -120,3 +120,20 @@ def test_dynamic_shared_kernel_compiles_with_little_static_shared_memory() -> No
     report = k.compile_check("sm_90")
     (res,) = report.kernels.values()
     assert res.shared_static_bytes < STATIC_LIMIT
+
+
+@pytest.mark.emulator
+def test_a_local_array_larger_than_the_default_stack_runs_on_the_emulator() -> None:
+    """400 KB of registers spilled to local memory per thread (valid CUDA; nvcc puts it in the stack frame):
+    the emulator's fiber stacks are sized from the kernel's local arrays.  A 128 KB stack was jumped past,
+    beyond the canary the overflow check watches, and the process died with SIGSEGV."""
+    n = 100_000
+    X = sl.placeholder((2, n), "float32", "X")
+    s = sl.Schedule(sl.func([X, sl.compute((2, n), lambda i, j: X[i, j] * 2.0, "Y")], "big_local"))
+    i, _ = s.get_loops("Y")
+    s.bind(i, "blockIdx.x")
+    s.reverse_compute_at(s.cache_write("Y", "local"), i)
+    kernel = sl.build(s, "h100")
+    assert kernel.launch[0].local_bytes == 4 * n
+    x = np.random.default_rng(0).random((2, n), np.float32)
+    np.testing.assert_array_equal(kernel.run_cpu(x, bounds_check=True), 2 * x)

@@ -53,6 +53,7 @@ class KernelLaunch:
     block: tuple[int, int, int]
     params: tuple[str, ...]
     dynamic_smem: int = 0
+    local_bytes: int = 0  # per thread, of the kernel's local arrays: the fiber stacks are made room for them
 
     def validate(self) -> None:
         """Reject malformed launches in Python, before any compile."""
@@ -120,10 +121,13 @@ def os_threads(threads: int | None) -> int:
 def run_launches(lib: ctypes.CDLL, launches: Sequence[KernelLaunch], args: Mapping[str, np.ndarray | int | float],
                  threads: int) -> None:
     """Launch each kernel of a loaded library in order; arrays are written back even when one fails."""
-    stack_kb = _env_int("SCHEDLIB_EMU_STACK_KB", DEFAULT_STACK_KB)
+    base_kb = _env_int("SCHEDLIB_EMU_STACK_KB", DEFAULT_STACK_KB)
     arrays = DeviceArrays()
     try:
         for launch in launches:
+            # A frame larger than the stack jumps past the canary the overflow check watches, and the process
+            # dies: each thread's local arrays get their room on top of the stack the code itself needs.
+            stack_kb = max(base_kb, -(-int(launch.local_bytes) // 1024) + base_kb)
             packed, _keep = pack_launch(
                 launch.name,
                 launch.grid,
