@@ -21,12 +21,20 @@ from schedlib.ir.expr import Binary, Call, Cast, Const, Expr, Load, Select, Var
 _IDENT = re.compile(r"[^0-9A-Za-z_]")
 
 # Floor division: step the truncated quotient down when there is a remainder and the operands' signs differ.
+# Floor division and modulo as numpy and the reference executor compute them, for every operand: C leaves
+# x / 0 and INT_MIN / -1 undefined (x86 traps, so the emulator died with SIGFPE); numpy gives 0 for a zero
+# divisor and wraps INT_MIN // -1 to INT_MIN.  A constant divisor (index arithmetic) folds the checks away.
 _FLOOR_HELPERS = """\
 static __device__ __forceinline__ {t} sl_floordiv{sfx}({t} a, {t} b) {{
+  if (b == 0) return 0;
+  if (b == -1) return ({t})(({u})0 - ({u})a);
   {t} q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }}
-static __device__ __forceinline__ {t} sl_floormod{sfx}({t} a, {t} b) {{ return a - sl_floordiv{sfx}(a, b) * b; }}
+static __device__ __forceinline__ {t} sl_floormod{sfx}({t} a, {t} b) {{
+  if (b == 0 || b == -1) return 0;
+  return a - sl_floordiv{sfx}(a, b) * b; }}
 """
-HELPERS = _FLOOR_HELPERS.format(t="int", sfx="") + _FLOOR_HELPERS.format(t="long long", sfx="_ll")
+HELPERS = (_FLOOR_HELPERS.format(t="int", u="unsigned", sfx="")
+           + _FLOOR_HELPERS.format(t="long long", u="unsigned long long", sfx="_ll"))
 # Float max/min that return NaN when either operand is NaN, as numpy and the reference executor do:
 # fmaxf/fminf return the other operand, so a NaN in a row would vanish from a max reduction or a ReLU.
 # sm_80+ has one instruction for it (max.NaN / min.NaN); older GPUs and the emulator compare and select.

@@ -114,3 +114,24 @@ def test_the_smallest_ints_are_literals_of_their_own_type() -> None:
 
     assert literal(-(2**31), "int32") == "(-2147483647 - 1)" and literal(-(2**31) + 1, "int32") == "-2147483647"
     assert literal(-(2**63), "int64") == "(-9223372036854775807LL - 1)" and literal(5, "int64") == "5LL"
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype", ["int32", "int8"])
+def test_integer_division_by_zero_or_minus_one_matches_the_reference(dtype: str) -> None:
+    """C leaves x / 0 and INT_MIN / -1 undefined and x86 traps (the emulator died with SIGFPE); the kernels
+    answer as numpy and the reference executor do: 0 for a zero divisor, INT_MIN // -1 wraps."""
+    X = sl.placeholder((6,), dtype, "X")
+    D = sl.placeholder((6,), dtype, "D")
+    Q = sl.compute((6,), lambda i: X[i] // D[i], "Q")
+    R = sl.compute((6,), lambda i: X[i] % D[i], "R")
+    func = sl.func([X, D, Q, R], "divide")
+    low = np.iinfo(dtype).min
+    x = np.array([7, low, 5, -7, low, 9], dtype)
+    d = np.array([0, -1, -1, 2, 0, -4], dtype)
+    with np.errstate(divide="ignore", over="ignore"):
+        want = sl.run_reference(func, {"X": x, "D": d})
+    q, r = sl.build(func, "h100").run_cpu(x, d)
+    np.testing.assert_array_equal(q, want["Q"])
+    np.testing.assert_array_equal(r, want["R"])
+    assert q[0] == 0 and q[1] == low and r[4] == 0
