@@ -9,7 +9,7 @@ into the given outputs instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -198,7 +198,13 @@ class Kernel:
         architecture is refused."""
         from schedlib.runtime.nvcc import compile_check
 
-        return compile_check(self.source, self._arch_for(arch or self.arch))
+        if not isinstance(arch, (str, type(None))):
+            raise CompileError(f"kernel {self.func.name}: arch={arch!r} must be an architecture name such as "
+                               "'sm_90'")
+        report = compile_check(self.source, self._arch_for(arch or self.arch))
+        dynamic = {spec.name: spec.dynamic_smem for spec in self.launch}
+        kernels = {n: replace(k, shared_dynamic_bytes=dynamic.get(n, 0)) for n, k in report.kernels.items()}
+        return replace(report, kernels=kernels)
 
     def loop_mix(self, arch: str | None = None, innermost_only: bool = True) -> Any:
         """The SASS instruction mix of each loop of the compiled kernels: a DataFrame with one row per loop
@@ -263,6 +269,7 @@ def build(schedule: Any, target: Any = "h100") -> Kernel:
     arch, profile = _arch(target)
     module = generate(func)
     _check_arch(module, arch, profile)
+    _check_shared_memory(module, profile)
     declared = getattr(schedule, "original", None)
     return Kernel(module, module.arch or arch, profile, declared if isinstance(declared, Func) else None)
 
@@ -283,6 +290,19 @@ def _check_arch(module: CudaModule, arch: str, profile: Any) -> None:
         raise BuildError(f"build: kernel {module.func.name} uses {what}, which needs sm_{need}"
                          f"{'a' if need == 90 else '+'}; target {where} is {arch}.  Schedule it for this target "
                          f"(sl.rules.apply_default(func, {where!r}) picks what the card has)")
+
+
+def _check_shared_memory(module: CudaModule, profile: Any) -> None:
+    """Refuse a kernel asking for more shared memory per block than the target has (its launch would fail)."""
+    if profile is None:
+        return
+    limit = profile.max_shared_per_block(True)
+    for spec in module.kernels:
+        need = spec.static_smem + spec.dynamic_smem
+        if need > limit:
+            raise BuildError(f"build: kernel {spec.name} needs {need:,} bytes of shared memory per block; target "
+                             f"{profile.key} allows {limit:,}.  Use smaller tiles or fewer stages (the rules size "
+                             f"them for the target: sl.rules.apply_default(func, {profile.key!r}))")
 
 
 def _arch(target: Any) -> tuple[str, Any]:

@@ -48,9 +48,13 @@ class KernelResources:
     spill_store_bytes: int
     spill_load_bytes: int
     constant_bytes: int
+    # Shared memory the launch asks for beyond the static arrays: ptxas cannot see it, so a report from a
+    # Kernel fills it in from the kernel's launch (0 in a report of a bare source).
+    shared_dynamic_bytes: int = 0
 
 
 _RESOURCE_FIELDS = {f.name for f in fields(KernelResources)}
+_PTXAS_FIELDS = _RESOURCE_FIELDS - {"shared_dynamic_bytes"}  # what reports cached before the field hold
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,10 @@ class CompileReport:
     @property
     def shared_static_bytes(self) -> int:
         return max((k.shared_static_bytes for k in self.kernels.values()), default=0)
+
+    @property
+    def shared_dynamic_bytes(self) -> int:
+        return max((k.shared_dynamic_bytes for k in self.kernels.values()), default=0)
 
     @property
     def spill_bytes(self) -> int:
@@ -256,9 +264,9 @@ def _report_from_json(data: Any) -> CompileReport | None:
         return None
     kernels = {}
     for name, k in data["kernels"].items():
-        if not isinstance(k, dict) or k.keys() != _RESOURCE_FIELDS or k["name"] != name:
+        if not isinstance(k, dict) or k.keys() not in (_RESOURCE_FIELDS, _PTXAS_FIELDS) or k["name"] != name:
             return None
-        counts = [k[f] for f in _RESOURCE_FIELDS if f != "name"]
+        counts = [k[f] for f in k if f != "name"]
         if not all(type(c) is int and c >= 0 for c in counts):
             return None
         kernels[name] = KernelResources(**k)
