@@ -224,7 +224,9 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
 
     def chain(self, block: Block, ctx: _Ctx) -> None:
         region = self._reduction_region(block)
-        closers: list[tuple[Loop, int]] = []
+        # each loop with the context inside it: a block attached after an inner loop closes runs in its own
+        # loop's context, not the innermost one's (whose thread loops and guards are closed by then)
+        closers: list[tuple[Loop, int, list[Block], _Ctx]] = []
         for i, lp in enumerate(block.loops):
             if region is not None and i == region:
                 self._cross_thread_reduction(block, i, ctx)
@@ -237,7 +239,7 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
             if copies:
                 self._db_prologue(copies, lp, ctx)
             ctx, braces = self._open_loop(block, lp, ctx)
-            closers.append((lp, braces, copies))
+            closers.append((lp, braces, copies, ctx))
             if copies:
                 self._db_prefetch(copies, lp, ctx)
             for b in self.func.attached_at(block.name, lp.name, "before"):
@@ -245,11 +247,11 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
                     self._attached(b, ctx)
         else:
             self._statement(block, ctx)
-        for lp, braces, copies in reversed(closers):
+        for lp, braces, copies, inside in reversed(closers):
             for b in self.func.attached_at(block.name, lp.name, "after"):
-                self._attached(b, ctx)
+                self._attached(b, inside)
             if copies:
-                self._db_store(copies, lp, ctx)
+                self._db_store(copies, lp, inside)
             if lp.thread in self.strided and self.uses_shared:
                 # the next block index reuses the shared tiles: every thread is done with this one first
                 self._sync()

@@ -65,3 +65,21 @@ def test_copies_inside_a_thread_guard_are_refused_either_way(double_buffered: bo
     s.decompose_reduction("C", ko)
     with pytest.raises(BuildError, match=r"shares? memory between threads but sits? inside a thread guard"):
         sl.build(s, "h100")
+
+
+@pytest.mark.emulator
+def test_a_block_attached_after_a_guarded_thread_loop_runs_outside_its_guard() -> None:
+    """24 threads compute under ``if (threadIdx.x < 24)`` in a 32-thread launch; the shared write-back is
+    attached at the blockIdx loop, after that thread loop and its guard have closed.  It was given the inner
+    loop's context: refused as a barrier inside a thread guard (and its once-only guard was dropped)."""
+    X = sl.placeholder((4, 24), "float32", "X")
+    s = sl.Schedule(sl.func([X, sl.compute((4, 24), lambda i, j: X[i, j] * 2.0, "T")], "write_back_after"))
+    i, j = s.get_loops("T")
+    s.bind(i, "blockIdx.x")
+    s.bind(j, "threadIdx.x")
+    w = s.cache_write("T", "shared")
+    s.reverse_compute_at(w, i)
+    _, lanes = s.split(s.get_loops(w)[-1], [None, 32])
+    s.bind(lanes, "threadIdx.x")
+    x = np.random.default_rng(0).random((4, 24), np.float32)
+    np.testing.assert_array_equal(sl.build(s, "h100").run_cpu(x, bounds_check=True), 2 * x)
