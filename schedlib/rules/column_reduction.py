@@ -36,7 +36,8 @@ from typing import Any
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Config, Knob, Space, Tiling, pow2_range
-from schedlib.rules.general_reduction_facts import GeneralReductionFacts
+from schedlib.rules.cross_thread import threads_within
+from schedlib.rules.general_reduction_facts import GeneralReductionFacts, inlined_schedule
 
 # One warp along the columns (a 128-byte line of fp32 per row read), 16 warps splitting the column, 4 rows
 # per thread loaded before use: 2048 loads in flight per block of 32 columns.
@@ -44,16 +45,10 @@ COLUMN_DEFAULT = {"threads_n": 32, "threads_k": 16, "unroll": 4}
 
 
 def column_space(rule: str, target: Any) -> Space:
-    limit = target.max_threads_per_block
-
-    def check(c: Config) -> str | None:
-        t = c["threads_n"] * c["threads_k"]
-        return None if t <= limit else f"{t} threads exceed {limit}"
-
     return Space(rule, (Knob("threads_n", pow2_range(32, 256), "neighbouring columns per block (threadIdx.x)"),
                         Knob("threads_k", (1, 2, 4, 8, 16, 32), "threads splitting each column (threadIdx.y)"),
                         Knob("unroll", (1, 2, 4, 8), "rows each thread loads before folding them")),
-                 check)
+                 threads_within(target.max_threads_per_block))
 
 
 def column_default(func: Func, facts: GeneralReductionFacts, target: Any) -> Config:
@@ -78,12 +73,7 @@ def column_tiling(func: Func, facts: GeneralReductionFacts, config: Config) -> T
 
 def schedule_columns(func: Func, facts: GeneralReductionFacts, config: Config) -> Schedule:
     TN, TK, U = config["threads_n"], config["threads_k"], config["unroll"]
-    s = Schedule(func)
-    for name in facts.elementwise:
-        s.compute_inline(name)
-    for name in facts.reductions:
-        copy = s.cache_write(name, "local")
-        s.compute_inline(copy)
+    s = inlined_schedule(func, facts)
     loops = s.get_loops(facts.output)
     k = loops[facts.axis]
     kept = [lp for d, lp in enumerate(loops) if d != facts.axis]

@@ -21,6 +21,7 @@ pass over the weight for all of them) where the thread's partials fit, else one 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,19 +170,22 @@ def schedule_cross_thread(func: Func, facts: ReductionFacts, config: Config) -> 
     return s
 
 
-def outer_space(rule: str, target: Any) -> Space:
-    """The knob space of the outer layout (shared by GEMV and Reduction)."""
-    limit = target.max_threads_per_block
-
+def threads_within(limit: int) -> Callable[[Config], str | None]:
+    """The check of a space whose blocks are ``threads_n`` x ``threads_k`` threads."""
     def check(c: Config) -> str | None:
         t = c["threads_n"] * c["threads_k"]
         return None if t <= limit else f"{t} threads exceed {limit}"
 
+    return check
+
+
+def outer_space(rule: str, target: Any) -> Space:
+    """The knob space of the outer layout (shared by GEMV and Reduction)."""
     return Space(rule, (Knob("threads_n", pow2_range(32, 256), "threads along the kept (contiguous) axis"),
                         Knob("vector", (1, 2, 4), "neighbouring outputs per thread"),
                         Knob("threads_k", (1, 2, 4, 8, 16, 32), "threads splitting the reduction (threadIdx.y)"),
                         Knob("unroll", (1, 2, 4, 8), "reduction rows each thread loads before folding them")),
-                 check)
+                 threads_within(target.max_threads_per_block))
 
 
 def outer_default() -> Config:

@@ -25,7 +25,11 @@ from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import ceil_pow2
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
 from schedlib.rules.column_reduction import column_default, column_space, column_tiling, schedule_columns
-from schedlib.rules.general_reduction_facts import GeneralReductionFacts, analyze_general_reduction
+from schedlib.rules.general_reduction_facts import (
+    GeneralReductionFacts,
+    analyze_general_reduction,
+    inlined_schedule,
+)
 
 # A staged row's copy loop is unrolled up to this many steps, so that its loads are all in flight at once.
 MAX_UNROLLED_COPY_STEPS = 16
@@ -80,12 +84,7 @@ class GeneralReductionRule(Rule):
                  target: HardwareProfile) -> Schedule:
         if facts.column:
             return schedule_columns(func, facts, config)
-        s = Schedule(func)
-        for name in facts.elementwise:
-            s.compute_inline(name)
-        for name in facts.reductions:
-            copy = s.cache_write(name, "local")
-            s.compute_inline(copy)
+        s = inlined_schedule(func, facts)
         T, U = config["threads"], config["unroll"]
         loops = s.get_loops(facts.output)
         row = s.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]

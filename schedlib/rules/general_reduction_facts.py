@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Expr, as_int
 from schedlib.ir.func import Block, Func
+from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import accesses, const_or, is_elementwise, stores_plainly
 
 
@@ -76,6 +77,17 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
                                  tuple(b.name for b in computed[:-1] if b.reducer is None),
                                  BYTES[func.buffer(x).dtype], const_or(shape[axis], 4096), row_input, passes,
                                  row_bytes, -1 if axis == len(shape) - 1 else axis)
+
+
+def inlined_schedule(func: Func, facts: GeneralReductionFacts) -> Schedule:
+    """The start both layouts share: element-wise stages inlined (recomputed where used), and each
+    reduction's result kept in a register (cache_write local, then the copy inlined away)."""
+    s = Schedule(func)
+    for name in facts.elementwise:
+        s.compute_inline(name)
+    for name in facts.reductions:
+        s.compute_inline(s.cache_write(name, "local"))
+    return s
 
 
 def _reduced_axis(func: Func, reductions: list[Block], rank: int) -> int | str:
