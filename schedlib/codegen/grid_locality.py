@@ -6,12 +6,16 @@ then both run in the same CUDA block, over the same part of the data.  Attached 
 shared-memory write-back put at the ``blockIdx.y`` loop of a tile split over ``blockIdx.x`` too), the reader
 would cover parts that other CUDA blocks computed in their own shared memory, or, for a global buffer, read
 them with no ordering between the blocks.  The reference executor runs loops in order and cannot see this,
-so the build refuses it.
+so the build refuses it.  Registers (local buffers) are private to each thread in the same way: a reader
+outside a thread loop that spread the writer's outputs over the threads is refused too.  Loops of extent 1
+hold one iteration for everyone and are left out.
 """
 
 from __future__ import annotations
 
+from schedlib.codegen.tensor_core import is_tensor_core_root
 from schedlib.errors import BuildError
+from schedlib.ir.expr import as_int
 from schedlib.ir.func import Block, Func
 
 
@@ -22,22 +26,35 @@ def _root(func: Func, block: Block) -> str:
 
 
 def check_grid_locality(func: Func) -> None:
-    """Refuse a reader placed outside a ``blockIdx`` loop of a writer of the same kernel."""
+    """Refuse a reader placed outside a ``blockIdx`` loop of a writer of the same kernel, or, for a local
+    buffer, outside a spatial ``threadIdx`` loop of its writer."""
     for reader in func.blocks:
         around = {lp.name for lp in func.all_loops(reader)}
         for name in reader.read_buffers:
             if name in func.inputs:
                 continue
+            # (not in a tensor-core kernel: its accumulator is lowered as mma fragments, each lane writing back
+            # what it holds)
+            local = func.buffer(name).scope == "local" and not is_tensor_core_root(func.block(_root(func, reader)))
             for writer in func.producers(name):
                 if writer.name == reader.name or _root(func, writer) != _root(func, reader):
                     continue  # a kernel boundary orders them
-                outside = [lp for lp in func.all_loops(writer)
-                           if lp.thread is not None and lp.thread.startswith("blockIdx") and lp.name not in around]
-                if outside:
-                    lp = outside[0]
-                    raise BuildError(
-                        f"block {reader.name} reads {name} ({func.buffer(name).scope}), which {writer.name} "
-                        f"writes inside loop {lp.name} bound to {lp.thread}; {reader.name} is not inside that "
-                        f"loop, so it would read parts other CUDA blocks computed (in their own memory for a "
-                        f"shared or local buffer, unordered for a global one).  Attach {reader.name} inside "
-                        f"{lp.name}, or give it a kernel of its own")
+                for lp in func.all_loops(writer):
+                    if lp.thread is None or lp.name in around or as_int(lp.extent) == 1:
+                        continue
+                    if lp.thread.startswith("blockIdx"):
+                        raise BuildError(
+                            f"block {reader.name} reads {name} ({func.buffer(name).scope}), which {writer.name} "
+                            f"writes inside loop {lp.name} bound to {lp.thread}; {reader.name} is not inside that "
+                            f"loop, so it would read parts other CUDA blocks computed (in their own memory for a "
+                            f"shared or local buffer, unordered for a global one).  Attach {reader.name} inside "
+                            f"{lp.name}, or give it a kernel of its own")
+                    # Registers are private to a thread: a reader outside a thread loop that spreads the writer's
+                    # outputs (a spatial one; a cross-thread reduction leaves its result in every thread) would
+                    # read other threads' results from its own registers.
+                    if local and writer.loop_kind(lp.name) == "S":
+                        raise BuildError(
+                            f"block {reader.name} reads the registers {name}, which {writer.name} fills inside "
+                            f"loop {lp.name} bound to {lp.thread}, each thread its own part; {reader.name} is "
+                            f"not inside that loop, so each thread would read parts only other threads hold.  "
+                            f"Attach {reader.name} inside {lp.name}, or use shared memory")
