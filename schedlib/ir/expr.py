@@ -301,7 +301,13 @@ def cast(dtype: str, value: ExprLike) -> Expr:
     if v.dtype == dtype:
         return v
     if isinstance(v, Const):
-        folded = float(v.value) if dtype in ("float32", "float16", "bfloat16") else int(v.value)
+        if dtype in ("float32", "float16", "bfloat16"):
+            return Const(float(v.value), dtype)
+        if dtype == "bool":
+            return Const(bool(v.value), dtype)
+        folded = int(v.value)
+        if dtype == "int8":  # wraps as astype does (int8 is data only; see const)
+            folded = (folded + 128) % 256 - 128
         return Const(folded, dtype)
     return Cast(dtype, v)
 

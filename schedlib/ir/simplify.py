@@ -201,7 +201,7 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
 
     def go(x: Expr) -> Expr:
         x = map_children(x, go)
-        if not isinstance(x, Binary) or _reads_data(x):
+        if not isinstance(x, Binary) or x.dtype == "int8" or _reads_data(x):
             return x
         if is_int(x.dtype) and x.op in ("+", "-", "*"):
             terms, c = _fold_divmod(*to_affine(x))
@@ -235,7 +235,8 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
 def _reads_data(e: Binary) -> bool:
     """Whether ``e`` computes on loaded values rather than indices.  Such integer arithmetic wraps at its
     dtype's width (``int8(100) * 2 // 2`` is -28, not 100), which the affine algebra here does not model: it
-    is left as written, so a schedule never changes what a func computes."""
+    is left as written, so a schedule never changes what a func computes.  (int8 arithmetic is left as
+    written even on indices: at 8 bits ``int8(i) * 2 // 2`` wraps from i = 64.)"""
     return any(isinstance(n, Load) for n in walk(e))
 
 

@@ -74,3 +74,25 @@ def test_an_int8_constant_out_of_range_is_refused_and_int8_folds_wrap() -> None:
     widened = sl.compute((8,), lambda i: A[i].astype("int32") + 300, "C")  # the way the message suggests
     out = sl.run_reference(sl.func([A, widened], "wide"), {"A": A8})["C"]
     np.testing.assert_array_equal(out, A8.astype(np.int32) + 300)
+
+
+def test_int8_index_arithmetic_wraps_too() -> None:
+    """``int8(i) * 2 // 2`` is i only below 64; at i = 64 the product wraps to -128 and the result is -64."""
+    X = sl.placeholder((128,), "int8", "X")
+    func = sl.func([X, sl.compute((128,), lambda i: X[i] + (i.astype("int8") * 2) // 2, "Y")], "index8")
+    x = np.zeros(128, np.int8)
+    with np.errstate(over="ignore"):
+        want = sl.run_reference(func, {"X": x})["Y"]
+        s = sl.Schedule(func)
+        s.split(s.get_loops("Y")[0], [None, 32])
+        got = sl.run_reference(s, {"X": x})["Y"]
+    assert want[64] == -64 and want[63] == 63
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_constant_cast_to_int8_wraps_as_astype_does() -> None:
+    X = sl.placeholder((4,), "int8", "X")
+    func = sl.func([X, sl.compute((4,), lambda i: X[i] + sl.maximum(300, 0).astype("int8"), "Y")], "cast8")
+    x = np.array([1, -1, 100, 0], np.int8)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(sl.run_reference(func, {"X": x})["Y"], x + np.int8(44))
