@@ -37,6 +37,7 @@ from schedlib.rules.cross_thread import (
 )
 from schedlib.rules.two_stage import (
     MAX_PARTIALS,
+    final_threads,
     row_length,
     rows_count,
     schedule_two_stage,
@@ -127,6 +128,9 @@ class ReductionRule(Rule):
                     return f"{t} threads exceed {limit}"
                 if c["blocks_per_row"] > 1 and c["rows_per_block"] > 1:
                     return "a row split over blocks takes the whole block (rows_per_block 1)"
+                if c["blocks_per_row"] > 1 and final_threads(c["blocks_per_row"]) > limit:
+                    return (f"the second stage reduces {c['blocks_per_row']} partials with "
+                            f"{final_threads(c['blocks_per_row'])} threads, more than {limit}")
                 return None
         else:
             return outer_space(self.name, target)

@@ -8,6 +8,7 @@ into the given outputs instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -269,7 +270,7 @@ def build(schedule: Any, target: Any = "h100") -> Kernel:
     arch, profile = _arch(target)
     module = generate(func)
     _check_arch(module, arch, profile)
-    _check_shared_memory(module, profile)
+    _check_block_limits(module, profile)
     declared = getattr(schedule, "original", None)
     return Kernel(module, module.arch or arch, profile, declared if isinstance(declared, Func) else None)
 
@@ -292,12 +293,18 @@ def _check_arch(module: CudaModule, arch: str, profile: Any) -> None:
                          f"(sl.rules.apply_default(func, {where!r}) picks what the card has)")
 
 
-def _check_shared_memory(module: CudaModule, profile: Any) -> None:
-    """Refuse a kernel asking for more shared memory per block than the target has (its launch would fail)."""
+def _check_block_limits(module: CudaModule, profile: Any) -> None:
+    """Refuse a kernel asking for more threads or shared memory per block than the target has (its launch
+    would fail)."""
     if profile is None:
         return
     limit = profile.max_shared_per_block(True)
     for spec in module.kernels:
+        threads = math.prod(spec.block)
+        if threads > profile.max_threads_per_block:
+            raise BuildError(f"build: kernel {spec.name} has {threads} threads per block; target {profile.key} "
+                             f"allows {profile.max_threads_per_block}.  Schedule it for the target "
+                             f"(sl.rules.apply_default(func, {profile.key!r}) fits its defaults to it)")
         need = spec.static_smem + spec.dynamic_smem
         if need > limit:
             raise BuildError(f"build: kernel {spec.name} needs {need:,} bytes of shared memory per block; target "

@@ -176,3 +176,21 @@ def test_every_default_fits_a_card_with_small_thread_blocks(func: sl.Func) -> No
     assert all(math.prod(spec.block) <= 128 for spec in kernel.launch), [spec.block for spec in kernel.launch]
     assert config == rule.default_config(func, "a100") or any(
         config[k] < v for k, v in rule.default_config(func, "a100").items() if isinstance(v, int))
+
+
+def test_a_two_stage_reduction_fits_both_kernels_to_small_thread_blocks() -> None:
+    """The second stage reduces ``blocks_per_row`` partials with as many threads: on a card allowing 64 threads
+    per block it may not take more partials than that (its 128-thread kernel was built and carved)."""
+    import dataclasses
+
+    small = dataclasses.replace(schedlib.hw.load("h100"), max_threads_per_block=64)
+    func = wl.reduce(7, 100_000)
+    rule = rules.get_rule("reduction")
+    assert "the second stage reduces 128 partials with 128 threads, more than 64" in rule.space(func, small).reason(
+        {"rows_per_block": 1, "threads_k": 64, "vector": 4, "blocks_per_row": 128})
+    for config in [rule.default_config(func, small), *sl.carver.carve(func, small, 5)["config"]]:
+        kernel = sl.build(rule.apply(func, small, config), small)
+        assert all(math.prod(spec.block) <= 64 for spec in kernel.launch), (config, kernel.launch)
+    with pytest.raises(sl.BuildError, match=r"has 128 threads per block; target h100 allows 64"):
+        sl.build(rule.apply(func, "h100", {"rows_per_block": 1, "threads_k": 128, "vector": 4,
+                                           "blocks_per_row": 1}), small)
