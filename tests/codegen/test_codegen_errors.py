@@ -318,10 +318,11 @@ def test_a_dimension_beyond_the_index_type_is_an_ir_error() -> None:
         sl.placeholder((2**31, 4), "float32", "X")
 
 
-def _tile_written_back_at(scope: str, inside_x: bool) -> sl.Schedule:
-    """A 13x10 matmul tiled 8x4 over blockIdx.y/x; its accumulator (in ``scope``) is written back at the
-    blockIdx.y loop (outside the blockIdx.x one) or inside both."""
-    s = sl.Schedule(sl.workloads.matmul(13, 10, 11))
+def _tile_written_back_at(scope: str, inside_x: bool, cols: int = 10) -> sl.Schedule:
+    """A 13 x ``cols`` matmul tiled 8x4 over blockIdx.y/x, a thread per column of a tile; its accumulator (in
+    ``scope``) is written back at the blockIdx.y loop (outside the blockIdx.x one) or at the blockIdx.x loop
+    (inside both, outside the thread loop)."""
+    s = sl.Schedule(sl.workloads.matmul(13, cols, 11))
     i, j, k = s.get_loops("C")
     bi, ii = s.split(i, [None, 8])
     bj, jj = s.split(j, [None, 4])
@@ -356,33 +357,16 @@ def test_a_register_write_back_outside_the_thread_loop_is_refused() -> None:
     """Each thread holds its own 1x1 column of the tile in registers; a write-back attached outside the
     threadIdx.x loop would copy one thread's registers over all 4 columns (an error of about 4.7 on the
     emulator, once the write-back stopped being written in the inner loop's context)."""
-    s = sl.Schedule(sl.workloads.matmul(13, 10, 11))
-    i, j, k = s.get_loops("C")
-    bi, ii = s.split(i, [None, 8])
-    bj, jj = s.split(j, [None, 4])
-    s.reorder(bi, bj, ii, jj, k)
-    s.bind(bi, "blockIdx.y")
-    s.bind(bj, "blockIdx.x")
-    s.bind(jj, "threadIdx.x")
-    s.reverse_compute_at(s.cache_write("C", "local"), bj)
     with pytest.raises(sl.BuildError, match=r"block C_local reads the registers C_local, which C fills inside "
                                             r"loop C.j_1 bound to threadIdx.x, each thread its own part"):
-        sl.build(s, "h100")
+        sl.build(_tile_written_back_at("local", inside_x=True), "h100")
 
 
 @pytest.mark.emulator
 def test_a_blockidx_loop_of_one_iteration_does_not_separate_reader_and_writer() -> None:
     """Four columns in tiles of 4: the blockIdx.x loop runs once, so a write-back outside it reads nothing
     another CUDA block computed."""
-    s = sl.Schedule(sl.workloads.matmul(13, 4, 11))
-    i, j, k = s.get_loops("C")
-    bi, ii = s.split(i, [None, 8])
-    bj, jj = s.split(j, [None, 4])
-    s.reorder(bi, bj, ii, jj, k)
-    s.bind(bi, "blockIdx.y")
-    s.bind(bj, "blockIdx.x")
-    s.bind(jj, "threadIdx.x")
-    s.reverse_compute_at(s.cache_write("C", "shared"), bi)
     rng = np.random.default_rng(1)
     a, b = rng.random((13, 11), np.float32), rng.random((11, 4), np.float32)
-    np.testing.assert_allclose(sl.build(s, "h100").run_cpu(a, b, bounds_check=True), a @ b, rtol=1e-5)
+    kernel = sl.build(_tile_written_back_at("shared", inside_x=False, cols=4), "h100")
+    np.testing.assert_allclose(kernel.run_cpu(a, b, bounds_check=True), a @ b, rtol=1e-5)
