@@ -138,7 +138,12 @@ def parse_workload(text: str) -> WorkloadSpec:
     if kind not in BUILTINS:
         raise IRError(f"unknown workload {kind!r}; built-in workloads are {', '.join(sorted(BUILTINS))}")
     params: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
+    items = rest.split(",") if rest else []
+    if items and not items[-1].strip():
+        items.pop()  # a trailing comma is harmless
+    if any(not item.strip() for item in items):
+        raise IRError(f"workload spec {text!r} has an empty item between commas")
+    for item in items:
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or not key:

@@ -23,6 +23,8 @@ def test_boolean_parameters_read_their_text(text: str, value: bool) -> None:
 @pytest.mark.parametrize(("text", "needle"), [
     ("matmul:trans_a=maybe", "trans_a='maybe' must be true or false"),
     ("matmul:M=64,M=128", "M is given twice"),
+    ("matmul:M=64,,N=64", "has an empty item between commas"),
+    ("softmax:rows=8,cols=8,axis=2", "axis=2; expected -1/1 (last) or 0 (first)"),
     ("matmul:M=99999999999", "below 2^31"),
     ("matmul:M=1.5", "M='1.5' must be a positive int"),
     ("reduce:axis=x", "axis='x' must be an int"),
