@@ -104,6 +104,18 @@ def _peaks(problem: Problem, profile: HardwareProfile, tensor_core: bool, warpgr
     return simt, tc, f"tensor core {problem.in_dtype}"
 
 
+def _best_peak(problem: Problem, profile: HardwareProfile, simt: float) -> float:
+    """The fastest rate the card offers for the problem's dtype: its tensor cores at their full (wgmma) rate
+    where it has them for a 16-bit or int8 input, else the SIMT rate.  fp32 stays on SIMT: the library
+    computes it exactly, as cuBLAS SGEMM does without TF32."""
+    if problem.in_dtype in ("float16", "bfloat16", "int8"):
+        try:
+            return max(simt, profile.peak_flops(problem.in_dtype, True))
+        except ProfileError:
+            return simt
+    return simt
+
+
 def _fmt_bytes(n: float) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= scale:
@@ -273,7 +285,11 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
         "shared": port_block * grid / shared_bw,
     }
     roof_level = max(roof, key=roof.__getitem__)
-    pct = 100.0 * roof[roof_level] / time if time > 0 else 0.0  # False for NaN
+    # % of peak: the problem's own floor on this card - its useful work at the fastest unit the card has for
+    # its dtype, or its compulsory bytes at DRAM bandwidth - over the estimate.  One scale for every config of
+    # a problem (a SIMT fp16 point is not "78%" of the SIMT peak when the tensor cores could do the work).
+    ideal = max(problem.useful_flops / _best_peak(problem, profile, simt_peak), compulsory / dram_bw)
+    pct = 100.0 * ideal / time if time > 0 else 0.0  # False for NaN
     minor = [t.access for t in (*loads, *stores) if t.total_bytes < MINOR_TRAFFIC * l2_bytes]
     issue = alignment_issue(problem, geo, tiling, profile, minor)
     flops = problem.useful_flops

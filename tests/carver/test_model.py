@@ -302,3 +302,17 @@ def test_the_vector_width_is_that_of_the_loads_carrying_the_traffic() -> None:
     assert "not a 1/2/4/8/16-byte access" in sl.carver.estimate(
         sl.workloads.gemv(14336, 4096, "float32"), "h100", {"rows_per_block": 1, "threads_k": 256, "vector": 8},
         rule="gemv")["alignment"]
+
+
+def test_pct_of_peak_is_one_scale_for_every_config_of_a_problem() -> None:
+    """% of the card's peak for this problem (its useful flops at the fastest unit for its dtype, or its
+    compulsory bytes at DRAM bandwidth), so it falls as the estimate grows: a SIMT fp16 matmul point is a few
+    percent of an H100, not 78% of the SIMT peak it was measured against before."""
+    import numpy as np
+
+    df = sl.carver.carve(sl.workloads.matmul(4096, 4096, 4096, "float16"), "h100", None)
+    assert np.all(np.diff(df["pct_of_peak"].to_numpy()) <= 1e-9)  # best first: never rising
+    simt = df[df["config"].map(lambda c: c["tensor_core"] is False)]
+    assert float(simt["pct_of_peak"].max()) < 10
+    gemv = sl.carver.carve(sl.workloads.gemv(14336, 4096, "float16"), "h100", 1)
+    assert float(gemv["pct_of_peak"].iloc[0]) == pytest.approx(100.0, abs=0.5)  # at its DRAM floor
