@@ -48,6 +48,12 @@ class CrossThreadReduction:
         kinds = [block.loop_kind(lp.name) for lp in block.loops]
         if not any(k == "R" and lp.thread in THREAD_TAGS for k, lp in zip(kinds, block.loops)):
             return None
+        for lp in block.loops:
+            driven = {a.kind for a, b in zip(block.axes, block.bindings) if lp.name in free_vars(b)}
+            if lp.thread in THREAD_TAGS and driven == {"S", "R"}:
+                raise BuildError(f"block {block.name}: loop {lp.name} bound to {lp.thread} drives spatial and reduce "
+                                 "axes at once (a fused S x R loop); a cross-thread reduction combines over reduce "
+                                 "axes only: split or reorder so that the bound loop is reduce-only")
         start = kinds.index("R")
         self._lanes(block, start)
         for lp in block.loops[start:]:

@@ -370,3 +370,15 @@ def test_a_blockidx_loop_of_one_iteration_does_not_separate_reader_and_writer() 
     a, b = rng.random((13, 11), np.float32), rng.random((11, 4), np.float32)
     kernel = sl.build(_tile_written_back_at("shared", inside_x=False, cols=4), "h100")
     np.testing.assert_allclose(kernel.run_cpu(a, b, bounds_check=True), a @ b, rtol=1e-5)
+
+
+def test_a_thread_loop_over_spatial_and_reduce_axes_at_once_is_refused() -> None:
+    """``fuse(R.i, R.r)`` bound to threadIdx.x: the store index depends on the thread, which a cross-thread
+    reduction has combined away (the kernel did not compile: the loop variable was out of scope)."""
+    s = sl.Schedule(sl.workloads.reduce(8, 4, op="sum"))
+    fused = s.fuse("R.i", "R.r")
+    _, lanes = s.split(fused, [None, 8])
+    with pytest.raises(sl.ScheduleError, match=r"drives spatial and reduce axes at once"):
+        s.bind(lanes, "threadIdx.x")
+    with pytest.raises(sl.BuildError, match=r"loop R.i_r_fused_1 bound to threadIdx.x drives spatial and reduce"):
+        sl.build(forced(s.func, lanes, thread="threadIdx.x"), "h100")

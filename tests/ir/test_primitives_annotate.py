@@ -165,6 +165,13 @@ def _ew_inside_thread_loop() -> sl.Schedule:
                     lambda s: s.cache_read("E0", "X", "local"), lambda s: s.compute_at("X_local", "E0.i0"))
 
 
+def _mm_fused_jk() -> sl.Schedule:
+    """A 4x4x4 matmul with its j and k loops fused into one."""
+    s = sl.Schedule(sl.workloads.matmul(4, 4, 4))
+    s.fuse("C.j", "C.k")
+    return s
+
+
 def _mm_threads_x() -> sl.Schedule:
     """A 64x64 matmul with C.i on threadIdx.x."""
     s = sl.Schedule(sl.workloads.matmul(64, 64, 8))
@@ -190,6 +197,8 @@ NEGATIVE = [
            "bind", "loop", "C.i", "exceeds the 64 threads CUDA allows along threadIdx.z"),
     Reject("bind-thread-block-too-big", _mm_threads_x, lambda s: s.bind("C.j", "threadIdx.y"), "bind", "loop",
            "C.j", "thread block would be threadIdx.x 64 x threadIdx.y 64 = 4096 threads, more than 1024"),
+    Reject("bind-fused-spatial-and-reduce", _mm_fused_jk, lambda s: s.bind("C.j_k_fused", "threadIdx.x"), "bind",
+           "loop", "C.j_k_fused", "drives spatial and reduce axes at once (a fused S x R loop)"),
     Reject("bind-tag-taken", _mm_bound, lambda s: s.bind("C.j", "blockIdx.x"), "bind", "thread", "blockIdx.x",
            "already binds C.i to it"),
     # Regression: accepted, then refused by the build (one thread index cannot stand for two loops).

@@ -79,6 +79,10 @@ def bind(func: Func, loop: str, thread: str) -> tuple[Func, None]:
     if lp.vectorized:
         fail(prim, "loop", loop, "is vectorized")
     kind = owner.loop_kind(loop)
+    driven = {a.kind for a, b in zip(owner.axes, owner.bindings) if loop in free_vars(b)}
+    if thread.startswith("threadIdx") and driven == {"S", "R"}:
+        fail(prim, "loop", loop, "drives spatial and reduce axes at once (a fused S x R loop); threads combine "
+             "a reduction over reduce axes only: bind a loop that drives one kind")
     if thread.startswith("blockIdx") and kind == "R":
         fail(prim, "thread", thread, f"loop {loop} is a reduction loop; blocks cannot share an accumulator")
     if thread.startswith("blockIdx") and owner.attach is not None:
