@@ -233,7 +233,9 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
                 break
             if lp.vectorized and i == len(block.loops) - 1:
                 self._check_private_store(block, ctx)
-                if self._vector_copy(block, lp, ctx) or self._vector_statement(block, lp, ctx):
+                # a double-buffered copy is split into a load and a store stage, which only the vector copy
+                # and the scalar statement know how to do: a copy that is not one vector access stays scalar
+                if self._vector_copy(block, lp, ctx) or (not self.staging and self._vector_statement(block, lp, ctx)):
                     break
             copies = self._double_buffered_before(block, lp)
             if copies:

@@ -137,3 +137,19 @@ def test_a_local_array_larger_than_the_default_stack_runs_on_the_emulator() -> N
     assert kernel.launch[0].local_bytes == 4 * n
     x = np.random.default_rng(0).random((2, n), np.float32)
     np.testing.assert_array_equal(kernel.run_cpu(x, bounds_check=True), 2 * x)
+
+
+@pytest.mark.emulator
+def test_a_double_buffered_copy_that_is_no_vector_access_stays_scalar() -> None:
+    """A 4-wide copy down a column of A (not contiguous) with a double buffer: the vector statement path did
+    not split the copy into its load and store stages, and the build failed with KeyError: 'sl_pf_A_shared'."""
+    s = sl.Schedule(sl.workloads.matmul(8, 8, 2))
+    s.split("C.i", [None, 4])
+    s.reorder("C.i_0", "C.j", "C.k", "C.i_1")
+    a = s.cache_read("C", "A", "shared")
+    s.compute_at(a, "C.k")
+    s.vectorize(s.fuse(*s.get_loops(a)))
+    s.double_buffer(a)
+    rng = np.random.default_rng(2)
+    A, B = rng.random((8, 2), np.float32), rng.random((2, 8), np.float32)
+    np.testing.assert_allclose(sl.build(s, "h100").run_cpu(A, B, bounds_check=True), A @ B, rtol=1e-5)
