@@ -72,6 +72,14 @@ class DoubleBuffer:
         if copies and self.db_loop is not None:
             raise BuildError(f"{lp.name}: double-buffered copies sit inside the loop of other double-buffered "
                              f"copies ({self.db_loop}); they cannot nest")
+        for b in copies:
+            # The next tile is read into registers one iteration ahead: from global memory, which holds every
+            # tile all along.  A copy fed by blocks of its own (a staging copy attached inside it) would read
+            # what those have not written yet.
+            inner = self.func.attached_to(b.name)
+            if inner:
+                raise BuildError(f"double-buffered copy {b.name} has {', '.join(x.name for x in inner)} attached "
+                                 "inside it; a double-buffered copy must read global memory directly")
         return copies
 
     def _db_prologue(self, copies: list[Block], lp: Loop, ctx: Any) -> None:

@@ -274,8 +274,15 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
         if self.func.buffer(block.store).scope == "local":
             return []
         own = {lp.thread for lp in block.loops if lp.thread}
+        # An update that accumulates into memory (a reduction whose init was decomposed: ``+=``) inside an
+        # enclosing thread loop its axes do not depend on is the same update in every thread of that loop:
+        # done by each, it would count n times.
+        accumulates = block.reducer is not None and block.init is None
+        used = {v for b in block.bindings for v in free_vars(b)}
+        replicated = {tag for tag, loop in ctx.bound.items() if accumulates and loop not in used}
         return [f"{tag} == 0" for tag in THREAD_TAGS
-                if self.threads[tag] > 1 and tag not in ctx.bound and tag not in own and tag != skip]
+                if self.threads[tag] > 1 and (tag not in ctx.bound or tag in replicated) and tag not in own
+                and tag != skip]
 
     def _combine(self, reducer: str, a: str, b: str, dtype: str) -> str:
         if reducer == "sum":

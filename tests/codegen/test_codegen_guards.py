@@ -83,3 +83,28 @@ def test_a_block_attached_after_a_guarded_thread_loop_runs_outside_its_guard() -
     s.bind(lanes, "threadIdx.x")
     x = np.random.default_rng(0).random((4, 24), np.float32)
     np.testing.assert_array_equal(sl.build(s, "h100").run_cpu(x, bounds_check=True), 2 * x)
+
+
+@pytest.mark.emulator
+def test_a_decomposed_reduction_repeated_across_a_thread_loop_accumulates_once() -> None:
+    """A softmax row sum in shared memory, computed at a threadIdx.y loop it does not depend on (the shared
+    region spans every row), its init decomposed: each of the 4 thread rows added the whole sum (4x)."""
+    s = sl.Schedule(sl.workloads.softmax(8, 9))
+    s.compute_inline(s.cache_write("T_sum", "shared"))
+    s.compute_inline("T_exp")
+    io, ii = s.split("Y.i", [None, 4])
+    jo, ji = s.split("Y.j", [None, 4])
+    s.reorder(io, ii, ji, jo)
+    s.bind(io, "blockIdx.x")
+    s.bind(ii, "threadIdx.y")
+    s.bind(ji, "threadIdx.x")
+    for red in ("T_sum", "T_max"):
+        s.compute_at(red, ii)
+        ko, kt = s.split(f"{red}.k", [None, 4])
+        s.reorder(kt, ko)
+        s.bind(kt, "threadIdx.x")
+    s.decompose_reduction("T_sum", "T_sum.k_1")
+    x = np.random.default_rng(0).random((8, 9), np.float32)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    got = sl.build(s, "h100").run_cpu(x, bounds_check=True)
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-5)

@@ -153,3 +153,19 @@ def test_a_double_buffered_copy_that_is_no_vector_access_stays_scalar() -> None:
     rng = np.random.default_rng(2)
     A, B = rng.random((8, 2), np.float32), rng.random((2, 8), np.float32)
     np.testing.assert_allclose(sl.build(s, "h100").run_cpu(A, B, bounds_check=True), A @ B, rtol=1e-5)
+
+
+def test_a_double_buffered_copy_fed_by_a_copy_of_its_own_is_refused() -> None:
+    """A_shared is double-buffered, then read through a second shared copy attached inside it: the next
+    tile's prefetch read that copy before it was filled (an error of 4.9 on the emulator)."""
+    s = sl.Schedule(sl.workloads.matmul(1, 24, 9, epilogue="bias_relu"))
+    s.split("C.j", [None, 2, 1])
+    s.split("C.k", [None, 8])
+    s.reverse_compute_at(s.cache_write("C", "local"), "C.j_1")
+    a = s.cache_read("C", "A", "shared")
+    s.compute_at(a, "C.k_0")
+    s.double_buffer(a)
+    inner = s.cache_read(a, "A", "shared")
+    s.compute_at(inner, s.get_loops(a)[0])
+    with pytest.raises(sl.BuildError, match=r"double-buffered copy A_shared has A_shared_1 attached inside it"):
+        sl.build(s, "h100")
