@@ -16,13 +16,7 @@ from __future__ import annotations
 from schedlib.codegen.tensor_core import is_tensor_core_root
 from schedlib.errors import BuildError
 from schedlib.ir.expr import as_int
-from schedlib.ir.func import Block, Func
-
-
-def _root(func: Func, block: Block) -> str:
-    while block.attach is not None:
-        block = func.block(block.attach.block)
-    return block.name
+from schedlib.ir.func import Func
 
 
 def check_grid_locality(func: Func) -> None:
@@ -35,9 +29,9 @@ def check_grid_locality(func: Func) -> None:
                 continue
             # (not in a tensor-core kernel: its accumulator is lowered as mma fragments, each lane writing back
             # what it holds)
-            local = func.buffer(name).scope == "local" and not is_tensor_core_root(func.block(_root(func, reader)))
+            local = func.buffer(name).scope == "local" and not is_tensor_core_root(func.root_of(reader))
             for writer in func.producers(name):
-                if writer.name == reader.name or _root(func, writer) != _root(func, reader):
+                if writer.name == reader.name or func.root_of(writer) is not func.root_of(reader):
                     continue  # a kernel boundary orders them
                 for lp in func.all_loops(writer):
                     if lp.thread is None or lp.name in around or as_int(lp.extent) == 1:

@@ -33,16 +33,10 @@ def distinct_loop_names(func: Func) -> Func:
     if not renamed:
         return func
     to_var: dict[str, Expr] = {old: Var(new) for old, new in renamed.items()}
-
-    def sub(e: Expr | None) -> Expr | None:
-        return None if e is None else substitute(e, to_var)
-
     blocks = []
     for b in func.blocks:
         loops = tuple(replace(lp, name=renamed.get(lp.name, lp.name), extent=substitute(lp.extent, to_var))
                       for lp in b.loops)
         attach = b.attach if b.attach is None else replace(b.attach, loop=renamed.get(b.attach.loop, b.attach.loop))
-        blocks.append(replace(b, loops=loops, attach=attach, bindings=tuple(substitute(x, to_var) for x in b.bindings),
-                              store_indices=tuple(substitute(x, to_var) for x in b.store_indices),
-                              value=substitute(b.value, to_var), init=sub(b.init), predicate=sub(b.predicate)))
+        blocks.append(replace(b.map_exprs(lambda e: substitute(e, to_var)), loops=loops, attach=attach))
     return replace(func, blocks=tuple(blocks), _index={})

@@ -206,6 +206,12 @@ class Func:
                 out.extend(x for x in self.subtree(b.name, 0) if x not in out)
         return out
 
+    def root_of(self, block: Block) -> Block:
+        """The outermost block of ``block``'s kernel (itself when it is attached nowhere)."""
+        while block.attach is not None:
+            block = self.block(block.attach.block)
+        return block
+
     def root_blocks(self) -> list[Block]:
         return [b for b in self.blocks if b.attach is None]
 

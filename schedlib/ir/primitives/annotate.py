@@ -20,20 +20,13 @@ MAX_THREADS = 1024
 MAX_THREAD_DIM = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
 
 
-def _root(func: Func, name: str) -> str:
-    block = func.block(name)
-    while block.attach is not None:
-        block = func.block(block.attach.block)
-    return block.name
-
-
 def _kernel_threads(func: Func, name: str) -> dict[str, int]:
     """The thread block of the kernel ``name`` belongs to, as bound so far: each threadIdx tag's largest
     extent over the kernel's blocks (blocks of one kernel share its threads)."""
-    root = _root(func, name)
+    root = func.root_of(func.block(name)).name
     dims: dict[str, int] = {}
     for block in func.blocks:
-        if _root(func, block.name) != root:
+        if func.root_of(block).name != root:
             continue
         for lp in block.loops:
             ext = as_int(lp.extent)
@@ -88,9 +81,7 @@ def bind(func: Func, loop: str, thread: str) -> tuple[Func, None]:
     if thread.startswith("blockIdx") and owner.attach is not None:
         # The grid is launched by the root block of a kernel; an attached block runs inside its host's
         # loops, in every CUDA block, so it has no grid dimension of its own (the build would refuse it).
-        root = owner
-        while root.attach is not None:
-            root = func.block(root.attach.block)
+        root = func.root_of(owner)
         fail(prim, "loop", loop, f"block {owner.name} is attached inside {owner.attach.block}; only the "
              f"outermost block of a kernel ({root.name}) may bind blockIdx")
     if thread.startswith("threadIdx"):
