@@ -52,6 +52,7 @@ from typing import Any
 from schedlib.carver.align import alignment_issue
 from schedlib.carver.memory import L2_USABLE_FRACTION, l2_overflow, later_passes, staged_loads, traffic_sums
 from schedlib.carver.occupancy import SUB_PARTITIONS, occupancy
+from schedlib.carver.partials import split_cost
 from schedlib.carver.problem import Problem
 from schedlib.carver.traffic import geometry
 from schedlib.errors import ProfileError
@@ -273,6 +274,10 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
         bound = max(totals, key=totals.__getitem__)
         waves = grid / slots
         wave_eff = waves / math.ceil(waves)
+        split_s, split_bytes = split_cost(problem, int(tiling.split_k), profile)
+        time += split_s
+        dram_bytes += split_bytes
+        l2_bytes += split_bytes
     else:
         # cannot launch: no time at all (NaN, not inf, so feature matrices built from figures stay valid)
         time, bound, waves, wave_eff = math.nan, "launch", math.nan, 0.0

@@ -24,6 +24,7 @@ from schedlib.hw import HardwareProfile
 from schedlib.ir.expr import as_int
 from schedlib.ir.func import GRID_YZ_LIMIT, Func
 from schedlib.ir.schedule import Schedule
+from schedlib.rules import matmul_split_k as sk
 from schedlib.rules import matmul_tc as tc
 from schedlib.rules import matmul_wgmma as wg
 from schedlib.rules.analysis import ceil_pow2, const_or
@@ -129,8 +130,22 @@ class MatmulRule(Rule):
             return None
 
         rows = as_int(facts.extents[facts.m])
+        batch = math.prod(const_or(facts.extents[b], 1) for b in facts.batch)
+
+        def split_reason(c: Config) -> str | None:
+            split = c["split_k"]
+            if split == 1:
+                return None
+            if c["tensor_core"]:
+                return f"split_k={split} splits the SIMT template's k loop; tensor-core configs keep it at 1"
+            if split * batch > GRID_YZ_LIMIT:
+                return f"split_k={split} x {batch} batches exceed the grid's {GRID_YZ_LIMIT} along z"
+            return None
 
         def check(c: Config) -> str | None:
+            why = split_reason(c)
+            if why:
+                return why
             if c["tensor_core"] and rows is not None and -(-rows // c["block_m"]) > GRID_YZ_LIMIT:
                 # the tensor-core kernels give each block row its own blockIdx.y (the SIMT kernel strides)
                 return f"{-(-rows // c['block_m'])} block rows exceed the grid's {GRID_YZ_LIMIT} along y"
@@ -152,7 +167,8 @@ class MatmulRule(Rule):
             Knob("thread_n", (1, 2, 4, 8, *((16,) if tc_knobs else ()), *((32, 64) if hopper else ())),
                  "accumulator columns per thread (tensor cores: warp tile of 4x columns)"),
             Knob("vector", (1, 2, 4), "elements per thread per copy into shared memory (SIMT)"),
-            Knob("split_k", (1,), "reduction split across blocks (1: off)"),
+            Knob("split_k", sk.splits(facts), "slices of K computed by separate blocks and added by a second "
+                 "kernel (SIMT; offered where K is long against the output; 1: one kernel)"),
             Knob("stages", tc.STAGES if tc_knobs else SIMT_STAGES, "shared tiles in flight: the cp.async pipeline "
                  "depth on tensor cores; SIMT 2 double-buffers, loading the next tile while computing on this one"),
             Knob("tensor_core", _enabled((False, True, *((wg.INSTRUCTION, wg.TMA_TEMPLATE, wg.PRODUCER_TEMPLATE)
@@ -231,19 +247,29 @@ class MatmulRule(Rule):
         # k step deepens to 32, a quarter of the round trips of 8 (256^3 on h100: 8.1 -> 2.3 us estimated).
         # A 64x64 tile or larger already does enough work per round trip (its estimate does not move with the
         # depth) and would pay the deeper prefetch in registers (64x64x32 at 8x8 per thread: 217 on sm_90).
-        bm, bn = shrink_to_fill(M, N, batch, target.sm_count, (bm, bn), floor=16)
+        # Where the space offers split-K (a long K over a small output), tiles keep at least 64x64 (their
+        # operand reuse) and the slices of K fill the SMs instead: see :mod:`matmul_split_k`.
+        split_max = space.knob("split_k").values[-1]
+        k_known = const_or(facts.extents[facts.k], 1)
+        split = 1
+        if split_max > 1:
+            bm, bn = sk.default_tile(M, N, batch, k_known, target.sm_count, split_max)
+            split = sk.default_split(batch * -(-M // bm) * -(-N // bn), k_known, target.sm_count, split_max)
+        else:
+            bm, bn = shrink_to_fill(M, N, batch, target.sm_count, (bm, bn), floor=16)
         bm, bn = balanced_tile(M, N, batch, target.sm_count, (bm, bn))
-        few_blocks = batch * -(-M // bm) * -(-N // bn) < 2 * target.sm_count
+        few_blocks = batch * -(-M // bm) * -(-N // bn) * split < 2 * target.sm_count
         per = 8 if few_blocks else 16
         tm = 8 if bm >= 64 else max(1, bm // per)
         tn = 8 if bn >= 64 else max(1, bn // per)
         # double-buffered where the k loop has a next tile to fetch (a single k step: nothing to overlap)
-        k_extent = const_or(facts.extents[facts.k], 4096)
-        depths = (32, 16, 8) if few_blocks and bm * bn <= 32 * 64 else (8, 16)
+        k_extent = const_or(facts.extents[facts.k], 4096) // split
+        # (a split's 64x64 tiles take 16: each slice's k loop is long, and its round trips count)
+        depths = (32, 16, 8) if few_blocks and bm * bn <= 32 * 64 else (16, 8) if split > 1 else (8, 16)
         choices = [(bk, stages) for bk in depths for stages in ((2, 1) if k_extent > bk else (1,))]
         for (bk, stages), vector in itertools.product(choices, (4, 2, 1)):
             config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn,
-                      "vector": vector, "split_k": 1, "stages": stages, "tensor_core": False, "raster": 1}
+                      "vector": vector, "split_k": split, "stages": stages, "tensor_core": False, "raster": 1}
             if space.is_legal(config):
                 return config
         return next(space.enumerate())
@@ -256,7 +282,7 @@ class MatmulRule(Rule):
             return tc.tiling(facts, config)
         threads = (config["block_m"] // config["thread_m"]) * (config["block_n"] // config["thread_n"])
         tile = {facts.m: config["block_m"], facts.n: config["block_n"],
-                facts.k: const_or(facts.extents[facts.k], 4096)}
+                facts.k: -(-const_or(facts.extents[facts.k], 4096) // config["split_k"])}  # a slice of K
         tile.update(dict.fromkeys(facts.batch, 1))
         return Tiling(facts.main, tile, {facts.m: config["thread_m"], facts.n: config["thread_n"]},
                       {facts.k: config["block_k"]}, threads,
@@ -273,15 +299,21 @@ class MatmulRule(Rule):
         s = Schedule(func)
         C = facts.main
         loops = dict(zip([a.name for a in func.block(C).axes], s.get_loops(C)))
+        split = config["split_k"]
+        slices = None
+        if split > 1:  # tile the partial block; the sum kernel gets the epilogue (schedule_sum, below)
+            C, loops, slices = sk.factor(s, facts, loops, split)
         by, ty, im = s.split(loops[facts.m], [None, ty_n, tm])
         bx, tx, jn = s.split(loops[facts.n], [None, tx_n, tn])
         ko, ki = s.split(loops[facts.k], [None, bk])
         bz = tc.batch_loop(s, facts, loops)
-        s.reorder(*([bz] if bz else []), by, bx, ty, tx, ko, ki, im, jn)
+        s.reorder(*([slices] if slices else []), *([bz] if bz else []), by, bx, ty, tx, ko, ki, im, jn)
+        if slices:
+            bz = s.fuse(slices, bz) if bz else slices
         tc.bind_grid(s, bz, by, bx)
         s.bind(ty, "threadIdx.y")
         s.bind(tx, "threadIdx.x")
-        wb, copies = tc.stage_operands_and_epilogue(s, facts, C, tx, ko)
+        wb, copies = tc.stage_operands_and_epilogue(s, sk.without_epilogue(facts) if slices else facts, C, tx, ko)
         chunk = 16 // facts.in_bytes  # elements per 16-byte shared access
         width = self._interleaved_width(s, facts, tn, copies[1])
         for shared in copies:  # the cooperative, vectorized copy: every thread moves vec elements per step
@@ -316,4 +348,6 @@ class MatmulRule(Rule):
             s.vectorize(runs[-1])
         else:
             s.unroll(runs[-1])
+        if slices:
+            sk.schedule_sum(s, facts)
         return s

@@ -201,7 +201,8 @@ def test_model_invariants(m: int, n: int, k: int, dtype: str, profile: str, seed
     assert e["l2_bytes"] >= e["compulsory_bytes"] * (1 - 1e-12)
     assert 0 < e["sector_efficiency"] <= 1 + 1e-12
     tile = e["block_tile"]
-    assert e["grid_blocks"] == math.ceil(m / tile["i"]) * math.ceil(n / tile["j"])
+    slices = math.ceil(k / math.ceil(k / config["split_k"]))  # split-K blocks each reduce a slice of K
+    assert e["grid_blocks"] == math.ceil(m / tile["i"]) * math.ceil(n / tile["j"]) * slices
     assert 0 < e["wave_efficiency"] <= 1
     assert e["bound"] in ("compute", "dram", "l2", "shared", "latency")
     assert e["reason"] and e["symbolic"] == ""

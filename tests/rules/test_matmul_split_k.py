@@ -1,0 +1,106 @@
+"""Split-K in the SIMT matmul (``split_k`` > 1): where the space offers it, its legality, the default, the
+carver's price for it, and kernels built from it (two kernels: partial results, then their sum with the
+epilogue), emulated against the reference and compile-checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import schedlib as sl
+import schedlib.hw
+import schedlib.rules as rules
+from schedlib import workloads as wl
+
+from .helpers import check_schedule
+
+MATMUL = rules.get_rule("matmul")
+H100 = sl.hw.load("h100")
+
+
+def simt(split: int, bm: int = 16, bn: int = 32, bk: int = 16, stages: int = 2, vector: int = 2) -> dict[str, Any]:
+    return {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": 2, "thread_n": 2, "vector": vector,
+            "split_k": split, "stages": stages, "tensor_core": False, "raster": 1}
+
+
+@pytest.mark.parametrize(("shape", "values"), [
+    ((64, 64, 65536), (1, 2, 4, 8, 16)),
+    ((64, 48, 1024), (1, 2, 4)),  # slices of at least 256
+    ((1024, 1024, 1024), (1,)),  # the output alone fills the GPU
+    ((256, 300, 1199), (1,)),  # K under 4x the longer side
+    ((64, 64, sl.var("K")), (1,)),  # an unknown K is never split
+])
+def test_the_space_offers_split_k_only_for_a_long_k(shape: tuple, values: tuple) -> None:
+    assert MATMUL.space(wl.matmul(*shape), H100).knob("split_k").values == values
+
+
+def test_split_k_is_a_simt_knob_and_fits_the_grid() -> None:
+    space = MATMUL.space(wl.matmul(64, 64, 8192, "float16"), H100)
+    tc = {"block_m": 64, "block_n": 64, "block_k": 32, "thread_m": 4, "thread_n": 8, "vector": 1,
+          "split_k": 1, "stages": 3, "tensor_core": True, "raster": 1}
+    assert space.is_legal(tc)
+    assert "SIMT" in space.reason({**tc, "split_k": 2})
+    # the slices share blockIdx.z with the batch
+    big_batch = MATMUL.space(wl.matmul(16, 16, 65536, batch=5000), H100)
+    assert "exceed the grid's 65535 along z" in big_batch.reason(simt(16, bn=16))
+    assert big_batch.is_legal(simt(8, bn=16))
+
+
+@pytest.mark.parametrize(("shape", "tile", "split"), [
+    ((64, 64, 65536), (32, 32), 16),  # 4 tiles: the tile shrinks to 32 x 32 and still needs every slice
+    ((64, 64, 4096), (32, 32), 8),  # slices keep at least 512 of K
+    ((256, 256, 8192), (64, 64), 16),  # 64 x 64 tiles with 16 slices fill the SMs: no smaller tile needed
+    ((512, 512, 8192), (128, 128), 16),
+    ((2048, 512, 8192), (128, 128), 4),  # 64 tiles, 4 slices make 256 blocks
+])
+def test_the_default_keeps_big_tiles_and_fills_the_sms_with_slices(shape: tuple, tile: tuple, split: int) -> None:
+    config = MATMUL.default_config(wl.matmul(*shape), H100)
+    assert ((config["block_m"], config["block_n"]), config["split_k"]) == (tile, split)
+    assert config["tensor_core"] is False and MATMUL.space(wl.matmul(*shape), H100).is_legal(config)
+
+
+def test_the_default_stays_one_kernel_where_the_space_has_no_split() -> None:
+    for f in (wl.matmul(1024, 1024, 1024), wl.matmul(64, 64, sl.var("K")), wl.matmul(300, 256, 1024)):
+        assert MATMUL.default_config(f, H100)["split_k"] == 1
+
+
+def test_the_carver_charges_the_partials_and_prefers_the_split_where_it_pays() -> None:
+    f = wl.matmul(64, 64, 65536)
+    one = sl.carver.estimate(f, H100, simt(1, 32, 32, 32))
+    sixteen = sl.carver.estimate(f, H100, simt(16, 32, 32, 32))
+    assert sixteen["grid_blocks"] == 16 * one["grid_blocks"]
+    # the 16 partials of every output are written and read back once each (fp32)
+    assert sixteen["dram_bytes"] - one["dram_bytes"] >= 2 * 16 * 64 * 64 * 4
+    assert sixteen["est_time_us"] < one["est_time_us"] / 4
+    top = sl.carver.carve(f, H100, topk=3)
+    assert (top["split_k"] > 1).all()
+    # where the output fills the GPU, the partials only cost: the carver keeps one kernel
+    big = wl.matmul(4096, 1024, 16384)
+    assert MATMUL.space(big, H100).knob("split_k").values[-1] == 16
+    assert sl.carver.carve(big, H100, topk=1).iloc[0]["split_k"] == 1
+
+
+@pytest.mark.parametrize(("make", "config", "sizes"), [
+    (lambda: wl.matmul(64, 64, 4096), None, ({},)),  # the rule default (split_k 4)
+    (lambda: wl.matmul(64, 48, 2048, epilogue="bias_relu"), simt(8), ({},)),
+    (lambda: wl.matmul(100, 36, 2500), simt(4, stages=1), ({},)),  # ragged tiles and a ragged last slice
+    (lambda: wl.matmul(48, 40, 2048, batch=3), simt(2), ({},)),
+    (lambda: wl.matmul(40, 24, 2048, "float16", epilogue="gelu"), simt(8), ({},)),
+    (lambda: wl.matmul(33, 65, 1999, trans_a=True, trans_b=True), simt(4, bk=8, vector=1), ({},)),
+    # a symbolic side is planned at 4096: K = 16384 is long against it
+    (lambda: wl.matmul(sl.var("M"), 40, 16384, epilogue="bias"), simt(16), ({"M": 37}, {"M": 5})),
+], ids=["default", "bias_relu", "ragged", "batch", "fp16-gelu", "transposed", "symbolic-M"])
+def test_split_k_kernels_match_the_reference(make: Any, config: dict | None, sizes: tuple,
+                                             rng: np.random.Generator) -> None:
+    f = make()
+    if config is None:
+        config = MATMUL.default_config(f, H100)
+        assert config["split_k"] > 1
+    sch = MATMUL.apply(f, H100, config)
+    kernel = check_schedule(f, sch, rng, sizes=sizes)
+    # two kernels: the partial results, then their sum carrying the epilogue
+    assert len(kernel.launch) == 2
+    assert str(sl.Schedule.from_trace(f, sch.trace.to_json())) == str(sch)
