@@ -79,10 +79,26 @@ class Expr:
     def __ge__(self, o: ExprLike) -> Expr:
         return binary(">=", self, o)
 
+    # logic on conditions: Python's 'and'/'or'/'not' cannot be overloaded, so, as in numpy, '&', '|' and '~'
+    def __and__(self, o: ExprLike) -> Expr:
+        return binary("and", self, o)
+
+    def __rand__(self, o: ExprLike) -> Expr:
+        return binary("and", o, self)
+
+    def __or__(self, o: ExprLike) -> Expr:
+        return binary("or", self, o)
+
+    def __ror__(self, o: ExprLike) -> Expr:
+        return binary("or", o, self)
+
+    def __invert__(self) -> Expr:
+        return call("not", self)
+
     def __bool__(self) -> bool:
         raise IRError(f"the truth value of expression {self} is unknown at definition time; "
-                      "use sl.if_then_else instead of Python 'if', and schedlib.ir.expr.all_of to combine "
-                      "conditions instead of 'and'")
+                      "use sl.if_then_else instead of Python 'if', and '&', '|', '~' (with parentheses: "
+                      "(a > 0) & (a < 1)) to combine conditions instead of 'and', 'or', 'not'")
 
     def astype(self, dtype: str) -> Expr:
         """Cast to ``dtype``."""
@@ -206,6 +222,9 @@ def binary(op: str, a: ExprLike, b: ExprLike) -> Expr:
     if op in COMPARE_OPS:
         dtype = "bool"
     elif op in LOGIC_OPS:
+        if x.dtype != "bool" or y.dtype != "bool":  # C would take any non-zero value as true; say so instead
+            raise IRError(f"'{op}' combines conditions (bool), got {x.dtype} and {y.dtype} in ({x}) {op} ({y}); "
+                          "compare first, e.g. (x > 0) & (y > 0)")
         dtype = "bool"
     elif op in ARITH_OPS:
         dtype = promote(x.dtype, y.dtype)
@@ -283,6 +302,8 @@ def call(fn: str, *args: ExprLike) -> Expr:
     xs = tuple(const(a) for a in args)
     x = xs[0]
     if fn == "not":
+        if x.dtype != "bool":
+            raise IRError(f"not() / '~' negates a condition (bool), got {x.dtype} ({x}); compare first")
         return Call(fn, xs, "bool")
     if fn == "neg" and isinstance(x, Const):
         return Const(-x.value, x.dtype)
