@@ -37,12 +37,20 @@ class Trace:
             if not isinstance(s.get("args"), dict):
                 raise ScheduleError("from_trace", f"steps[{k}].args", s.get("args"), "must be an object")
         self.steps: list[dict[str, Any]] = [dict(s) for s in steps]
+        # Which rule and config made the schedule (None for a hand-written one): saved with the steps so a
+        # replayed rule schedule still says where it came from.  Not part of the digest or equality, which
+        # are about what the steps build.
+        self.rule: str | None = None
+        self.config: dict[str, Any] | None = None
 
     def append(self, primitive: str, args: dict[str, Any], result: Any) -> None:
         self.steps.append({"primitive": primitive, "args": args, "result": result})
 
     def to_json(self, indent: int | None = None) -> str:
-        return json.dumps({"version": TRACE_VERSION, "steps": self.steps}, indent=indent, sort_keys=True)
+        data: dict[str, Any] = {"version": TRACE_VERSION, "steps": self.steps}
+        if self.rule is not None:
+            data.update(rule=self.rule, config=self.config)
+        return json.dumps(data, indent=indent, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Trace:
@@ -61,18 +69,29 @@ class Trace:
         if type(version) is not int or version != TRACE_VERSION:
             raise ScheduleError("from_trace", "version", version,
                                 f"this schedlib reads trace version {TRACE_VERSION}")
-        return cls(data["steps"])
+        trace = cls(data["steps"])
+        rule, config = data.get("rule"), data.get("config")
+        if rule is not None or config is not None:
+            if not isinstance(rule, str) or not isinstance(config, dict) or not all(
+                    isinstance(v, (str, int, float, bool)) for v in config.values()):
+                raise ScheduleError("from_trace", "rule", rule, "must be a rule name with a config object of "
+                                    "knob values (as a rule's schedule saves them), or absent")
+            trace.rule, trace.config = rule, dict(config)
+        return trace
+
+    def _steps_json(self) -> str:
+        return json.dumps({"version": TRACE_VERSION, "steps": self.steps}, sort_keys=True)
 
     def digest(self) -> str:
-        """A stable content hash (hex) of the steps."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()
+        """A stable content hash (hex) of the steps (not of the rule and config that chose them)."""
+        return hashlib.sha256(self._steps_json().encode()).hexdigest()
 
     def __hash__(self) -> int:
         return int(self.digest()[:16], 16)
 
     def __eq__(self, other: object) -> bool:
         # By the JSON text, as the hash: Python's ``True == 1`` would make steps that replay differently equal.
-        return isinstance(other, Trace) and self.to_json() == other.to_json()
+        return isinstance(other, Trace) and self._steps_json() == other._steps_json()
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -99,8 +118,24 @@ class Schedule:
         self.original = func
         self.func = func
         self.trace = Trace()
-        self.rule: str | None = None
-        self.config: dict[str, Any] | None = None
+
+    @property
+    def rule(self) -> str | None:
+        """The rule that chose this schedule (None: written by hand); kept in the trace."""
+        return self.trace.rule
+
+    @rule.setter
+    def rule(self, name: str | None) -> None:
+        self.trace.rule = name
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """The rule's knob values for this schedule; kept in the trace."""
+        return self.trace.config
+
+    @config.setter
+    def config(self, values: dict[str, Any] | None) -> None:
+        self.trace.config = values
 
     # recording --------------------------------------------------------------------------------
     def _apply(self, primitive: str, **args: Any) -> Any:
@@ -143,6 +178,8 @@ class Schedule:
             if "result" in step and expected != result:
                 raise ScheduleError("from_trace", f"steps[{k}].result", expected,
                                     f"replay produced {result!r}; the func differs from the recorded one")
+        source = trace if isinstance(trace, Trace) else steps
+        sch.rule, sch.config = source.rule, None if source.config is None else dict(source.config)
         return sch
 
     # lookups ----------------------------------------------------------------------------------

@@ -171,6 +171,8 @@ BAD_TRACES = [
     # Regression: True == 1 and 1.0 == 1, so both passed the version check.
     BadTrace("version-true", lambda: _text(_steps(), version=True), "version", True, "reads trace version 1"),
     BadTrace("version-float", lambda: _text(_steps(), version=1.0), "version", 1.0, "reads trace version 1"),
+    BadTrace("rule-without-config", lambda: json.dumps({"version": 1, "steps": [], "rule": "matmul"}), "rule",
+             "matmul", "must be a rule name with a config object"),
 ]
 
 
@@ -201,3 +203,25 @@ def test_result_may_be_omitted() -> None:
     del steps[0]["result"]
     replay = sl.Schedule.from_trace(sl.workloads.reduce(4, 8), _text(steps))
     assert replay.get_loops("R") == ["R.i", "R.r_0", "R.r_1"]
+
+
+def test_a_rule_schedule_keeps_its_rule_and_config_through_its_trace() -> None:
+    f = sl.workloads.matmul(64, 64, 64)
+    sch = sl.rules.apply_default(f, "h100")
+    text = sch.trace.to_json()
+    for replayed in (sl.Schedule.from_trace(f, text), sl.Schedule.from_trace(f, sch.trace)):
+        assert (replayed.rule, replayed.config) == ("matmul", sch.config) and str(replayed) == str(sch)
+        assert replayed.config is not sch.config
+    # what the steps build decides equality and the digest, not who chose them
+    bare = sl.Schedule.from_trace(f, json.dumps({"version": 1, "steps": json.loads(text)["steps"]}))
+    assert bare.rule is None and bare.config is None
+    assert bare.trace == sch.trace and bare.trace.digest() == sch.trace.digest()
+    assert "rule" not in sl.Schedule(f).trace.to_json()
+
+
+@pytest.mark.parametrize("meta", [{"rule": 3, "config": {}}, {"rule": "matmul"}, {"config": {"a": 1}},
+                                  {"rule": "matmul", "config": {"block_m": [64]}}])
+def test_malformed_rule_metadata_is_refused(meta: dict) -> None:
+    f = sl.workloads.matmul(64, 64, 64)
+    with pytest.raises(sl.ScheduleError, match="rule"):
+        sl.Schedule.from_trace(f, json.dumps({"version": 1, "steps": [], **meta}))
