@@ -48,8 +48,10 @@ def record_problem(attrs: Any, space: Space | None) -> str | None:
     if not isinstance(attrs, Mapping):
         return f"its attributes are a {type(attrs).__name__}, not an object"
     status = attrs.get("status")
+    if status is not None and not isinstance(status, str):  # before the set lookup: a list is unhashable
+        return f"status={status!r} is not a string"
     if status not in RECORDS:
-        return None if status is None or isinstance(status, str) else f"status={status!r} is not a string"
+        return None
     config = attrs.get("config")
     if not isinstance(config, Mapping):
         return f"config={config!r} is not an object" if "config" in attrs else "it has no config"

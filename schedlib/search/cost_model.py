@@ -103,8 +103,10 @@ class Featurizer:
                 out.append(float(value))
             elif isinstance(value, (int, float, np.number)):
                 out.append(float(value))
-            else:
+            elif value in knob.values:
                 out.append(float(knob.values.index(value)))
+            else:  # a text value outside the knob's list has no position to encode
+                raise ValueError(f"CostModel: knob {knob.name}={value!r} is not one of {list(knob.values)}")
         return out
 
     def _tiling_values(self, config: Mapping[str, Any]) -> list[float]:
@@ -228,9 +230,25 @@ class CostModel:
                                f"{self.min_train} measured records)")
         if not configs:
             return np.zeros(0)
+        self._check_configs(configs)
         with interrupt_after():
             score = self._booster.get_booster().inplace_predict(self.featurizer.matrix(configs))
         return np.asarray(score, dtype=float) if self.objective == "regression" else -np.asarray(score, float)
+
+    def _check_configs(self, configs: Sequence[Mapping[str, Any]]) -> None:
+        """A ValueError naming the first config the featurizer cannot read (it would raise a bare KeyError).
+        Only the shape is checked: an illegal point of the space is a fine candidate to predict for."""
+        space = self.featurizer.space
+        for i, config in enumerate(configs):
+            if not isinstance(config, Mapping):
+                raise ValueError(f"CostModel.predict: config {i} is a {type(config).__name__}, not a mapping of "
+                                 f"knob values")
+            missing = [k.name for k in space.knobs if k.name not in config]
+            if missing:
+                extra = sorted(set(map(str, config)) - set(space.names))
+                also = f" (it has unknown knob(s) {extra})" if extra else ""
+                raise ValueError(f"CostModel.predict: config {i} {dict(config)} lacks knob(s) {missing} of this "
+                                 f"model's {space.rule} space{also}")
 
     def rank_correlation(self, configs: Sequence[Config], times_us: Sequence[float]) -> dict[str, float]:
         """Spearman's rho and Kendall's tau between predictions and measured times (finite, positive ones)."""

@@ -118,6 +118,18 @@ def _seconds(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
 
+def _damaged(attrs: Mapping[str, Any]) -> bool:
+    """Whether a row RecordIndex skips as malformed (see checks.record_problem) would break the tables: a status
+    or config key that is not a string (a hand-edited list or object is unhashable: it cannot be deduplicated),
+    a record with no key, or an ok record without a usable time."""
+    status, key = attrs["status"], attrs.get("config_key")
+    if not isinstance(status, str) or (key is not None and not isinstance(key, str)):
+        return True
+    if status in RECORDS and key is None:
+        return True
+    return status == OK and _num(attrs.get("time_us")) == math.inf
+
+
 def trial_rows(trials: Iterable[Any], knob_names: Sequence[str]) -> list[dict[str, Any]]:
     """One flat dict per Optuna trial that carries our attributes (others - e.g. waiting ones - are skipped)."""
     rows = []
@@ -125,7 +137,7 @@ def trial_rows(trials: Iterable[Any], knob_names: Sequence[str]) -> list[dict[st
         attrs = t.user_attrs.get("sl") or {}
         if not isinstance(attrs, Mapping) or not isinstance(attrs.get("config"), Mapping) or "status" not in attrs:
             continue  # not ours, or damaged: RecordIndex skips (and reports) the same rows
-        if attrs["status"] == OK and _num(attrs.get("time_us")) == math.inf:
+        if _damaged(attrs):
             continue
         row: dict[str, Any] = {"number": t.number}
         config = attrs["config"]

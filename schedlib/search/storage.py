@@ -13,20 +13,24 @@ wrong while opening or reading a storage comes out as :class:`StorageError` with
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from optuna.storages import BaseStorage, InMemoryStorage, JournalStorage, RDBStorage
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
 from schedlib.cache import cache_dir
 from schedlib.errors import SchedlibError
 
 JOURNAL_SUFFIXES = (".log", ".journal")
+TAIL_BLOCK = 1 << 16  # bytes read at a time when looking for a journal's last newline from its end
+log = logging.getLogger("schedlib.search")
 
 
 class NoRecordError(SchedlibError, LookupError):
@@ -72,7 +76,9 @@ def _read_errors() -> tuple[type[BaseException], ...]:
     """What SQLAlchemy and Optuna raise for unreadable data (a bad row's JSON is decoded by Optuna)."""
     import sqlalchemy
 
-    return (sqlalchemy.exc.SQLAlchemyError, json.JSONDecodeError, UnicodeDecodeError)
+    # RecursionError: json.loads on a value nested thousands deep (a hand edit, or garbage that happens to be
+    # brackets) exhausts the stack; it is the stored value that is at fault, not a bug of ours
+    return (sqlalchemy.exc.SQLAlchemyError, json.JSONDecodeError, UnicodeDecodeError, RecursionError)
 
 
 # What Optuna's journal replay raises for a line that is JSON but not an operation: ``[1, 2]`` (TypeError), an
@@ -101,6 +107,8 @@ def _reason(exc: BaseException) -> str:
     what = text[0] if text else ""
     if isinstance(exc, json.JSONDecodeError):
         return f"a stored value is not valid JSON ({what})"
+    if isinstance(exc, RecursionError):
+        return "a stored value is nested too deeply to decode"
     return f"{type(orig or exc).__name__}: {what}"
 
 
@@ -155,6 +163,8 @@ def _first_bad_journal_line(path: Path, exc: BaseException) -> str:
         for n, line in enumerate(fh, start=1):
             try:
                 op = json.loads(line)
+            except RecursionError:
+                return f"line {n} is nested too deeply to decode: {line[:80]!r}"
             except ValueError:
                 return f"line {n} is not a JSON record: {line[:80]!r} ({type(exc).__name__}: {exc})"
             code = op.get("op_code") if isinstance(op, dict) else None
@@ -163,10 +173,102 @@ def _first_bad_journal_line(path: Path, exc: BaseException) -> str:
     return f"an operation in it is malformed ({type(exc).__name__}: {exc})"
 
 
-def _open_journal(path: Path) -> JournalStorage:
+def _ends_complete(path: Path) -> bool:
+    """Whether the journal is empty or ends with a newline (every line a whole operation)."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return True
+        fh.seek(size - 1)
+        return fh.read(1) == b"\n"
+
+
+def _complete_length(fh: BinaryIO, size: int) -> int:
+    """The length of the file up to and including its last newline (0: there is none), read from the end."""
+    end = size
+    while end > 0:
+        start = max(0, end - TAIL_BLOCK)
+        fh.seek(start)
+        at = fh.read(end - start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
+
+
+def _side_file(path: Path, tail: bytes) -> Path:
+    """Write ``tail`` to the first free ``<journal>.partial-<n>`` (never over an earlier one)."""
+    for n in itertools.count(1):
+        side = path.with_name(f"{path.name}.partial-{n}")
+        try:
+            with open(side, "xb") as out:
+                out.write(tail)
+                out.flush()
+                os.fsync(out.fileno())
+        except FileExistsError:
+            continue
+        return side
+    raise AssertionError("unreachable")  # itertools.count never ends
+
+
+def set_aside_partial_line(path: Path) -> None:
+    """Move a last line cut short (a process killed mid-append) out of the journal before anything appends.
+
+    Why: Optuna reads such a journal (it stops before the partial line), but its next append lands on the end
+    of that line, which becomes one invalid line in the middle of the file: from then on no read gets past it
+    and every record is lost.  The partial bytes are kept in ``<journal>.partial-<n>`` (they are the user's
+    data, and tell what was being written), and the journal is cut back to its last complete line.  This runs
+    under Optuna's own journal lock, which every append holds: a line another live worker is still writing is
+    waited for, never taken for a cut-short one.
+    """
+    if _ends_complete(path):
+        return  # the common case, answered without taking the lock
     try:
-        return JournalStorage(JournalFileBackend(str(path)))
-    except (ValueError, UnicodeDecodeError, *JOURNAL_SHAPE_ERRORS) as exc:  # JSONDecodeError is a ValueError
+        cut = _cut_partial_line(path)
+    except OSError as exc:
+        raise StorageError(f"tuning storage {path}: its last line is cut short (a crash mid-write) and cannot be "
+                           f"set aside before appending ({exc.strerror or exc}); remove the incomplete last line "
+                           f"by hand") from exc
+    if cut is not None:
+        side, n_bytes = cut
+        log.warning("tuning storage %s: its last line was cut short (a crash mid-write); set aside its %d byte(s) "
+                    "in %s and resumed from the last complete line", path, n_bytes, side)
+
+
+def _cut_partial_line(path: Path) -> tuple[Path, int] | None:
+    """Under the journal lock: the side file the partial last line went to and its size (None: no partial)."""
+    lock = JournalFileSymlinkLock(str(path))  # the lock JournalFileBackend takes by default (<journal>.lock)
+    lock.acquire()
+    try:
+        with open(path, "r+b") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            keep = _complete_length(fh, size)
+            if keep == size:
+                return None  # the writer we waited for finished its line
+            fh.seek(keep)
+            tail = fh.read()
+            if not tail.startswith(b"{"):  # every operation Optuna writes is a JSON object
+                raise StorageError(f"tuning storage {path}: its last line {tail[:80]!r} has no line end and is "
+                                   f"not the start of a journal operation; repair or delete the file")
+            side = _side_file(path, tail)
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+            return side, size - keep
+    finally:
+        lock.release()
+
+
+def _open_journal(path: Path, repair: bool) -> JournalStorage:
+    """The journal at ``path``; ``repair`` (tune, which appends): first set aside a last line cut short."""
+    try:
+        # read first: a journal damaged elsewhere is reported before anything in it is moved
+        storage = JournalStorage(JournalFileBackend(str(path)))
+        if repair:
+            set_aside_partial_line(path)  # Optuna read only the complete lines: what it holds stays valid
+        return storage
+    # JSONDecodeError is a ValueError; RecursionError: a line nested too deeply for json.loads
+    except (ValueError, UnicodeDecodeError, RecursionError, *JOURNAL_SHAPE_ERRORS) as exc:
         raise StorageError(f"tuning storage {path} cannot be read: {_first_bad_journal_line(path, exc)}; "
                            f"repair or delete the file") from exc
     except OSError as exc:
@@ -222,7 +324,7 @@ def resolve_storage(storage: Any, create: bool = True) -> tuple[BaseStorage, Pat
         raise StorageError(f"tuning storage {path}: cannot create its directory {path.parent} "
                            f"({exc.strerror or exc})") from exc
     if path.suffix.lower() in JOURNAL_SUFFIXES:
-        return _open_journal(path), lock_path(path)
+        return _open_journal(path, repair=create), lock_path(path)
     try:
         return _sqlite_storage(f"sqlite:///{path}"), lock_path(path)
     except _read_errors() as exc:

@@ -60,7 +60,8 @@ MODEL_MIN_TRAIN = 4  # records before the cost model starts screening (see bench
 @dataclass
 class TuneResult:
     """What a tuning call found.  ``records`` has one row per measured (or illegal) config of the whole
-    study, ``history`` the best-so-far time by budget-counting trial, ``cost_model`` the trained model."""
+    study, ``history`` the best-so-far time by budget-counting trial, ``cost_model`` the trained model (None
+    while the study holds fewer than ``MODEL_MIN_TRAIN`` informative measured records)."""
 
     best_config: Config | None
     best_schedule: Schedule | None
@@ -233,7 +234,9 @@ def _result(tuner: Tuner, strategy: str, key: TuningKey) -> TuneResult:
     study, codec = tuner.study, tuner.codec
     tuner.index.refresh()
     measured = informative(tuner.index.measured())
-    if measured and tuner.model.n_train != len(measured):
+    # the model counts as trained from min_train records on (CostModel.predict says so, and update never
+    # trains on fewer): a fit on two records would be exposed as a model it is not
+    if len(measured) >= tuner.model.min_train and tuner.model.n_train != len(measured):
         tuner.model.fit([r.config for r in measured],
                         [r.time_us if r.status == OK else math.inf for r in measured])
     records = records_frame(study.get_trials(deepcopy=False), codec.names)

@@ -69,6 +69,17 @@ def _scalar(value: Any) -> Any:
     return value
 
 
+def _field_number(rec: Mapping[str, Any], name: str, default: float, where: str, i: int, config: Config) -> float:
+    """``rec[name]`` as a time (``default`` when absent); an error naming the field when it is no number."""
+    if name not in rec:
+        return default
+    try:
+        return _number(rec[name])
+    except (TypeError, ValueError):  # each field on its own: the message names the one that is bad
+        raise SchedlibError(f"replay recording {where}: record {i} ({config}): {name}={rec[name]!r} is not a "
+                            f"number") from None
+
+
 def _normalize(records: Sequence[Mapping[str, Any]], where: str) -> list[dict[str, Any]]:
     out = []
     for i, rec in enumerate(records):
@@ -78,12 +89,10 @@ def _normalize(records: Sequence[Mapping[str, Any]], where: str) -> list[dict[st
         gaps = [k for k, v in config.items() if _blank(v)]
         if gaps:
             raise SchedlibError(f"replay recording {where}: record {i} has no value for knob(s) {gaps}")
-        try:
-            t = _number(rec.get("time_us", rec.get("time")))
-            p20, p80 = _number(rec.get("p20_us", t)), _number(rec.get("p80_us", t))
-        except (TypeError, ValueError):
-            raise SchedlibError(f"replay recording {where}: record {i} ({config}): time_us="
-                                f"{rec.get('time_us', rec.get('time'))!r} is not a number") from None
+        time_field = "time_us" if "time_us" in rec else "time"
+        t = _field_number(rec, time_field, math.inf, where, i, config)
+        p20 = _field_number(rec, "p20_us", t, where, i, config)  # a recording without percentiles: the median
+        p80 = _field_number(rec, "p80_us", t, where, i, config)
         status = rec.get("status") or (OK if math.isfinite(t) else "error")
         if not isinstance(status, str):
             raise SchedlibError(f"replay recording {where}: record {i}: status={status!r} is not a string")
@@ -120,6 +129,8 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
 def read_recording(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a JSON or CSV recording into ``{"meta": {...}, "records": [...]}`` (never unpickles)."""
     path = Path(path)
+    if path.is_dir():
+        raise SchedlibError(f"replay recording {path} is a directory; give a .json or .csv recording file")
     if not path.is_file():
         raise SchedlibError(f"replay recording {path} does not exist")
     if path.suffix.lower() == ".csv":
@@ -130,6 +141,9 @@ def read_recording(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise SchedlibError(f"replay recording {path} is not valid JSON ({exc})") from None
     except (UnicodeDecodeError, OSError) as exc:
         raise SchedlibError(f"replay recording {path} cannot be read as UTF-8 JSON ({exc})") from None
+    except RecursionError:  # brackets nested thousands deep exhaust json's recursion before any record is read
+        raise SchedlibError(f"replay recording {path} is not a usable JSON recording: it is nested too deeply "
+                            f"to read (records are objects a few levels deep)") from None
     if isinstance(data, list):
         return {"meta": {}, "records": _normalize(data, str(path))}
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
