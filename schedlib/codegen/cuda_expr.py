@@ -48,6 +48,27 @@ static __device__ __forceinline__ float sl_f{op}_nan(float a, float b) {{
 }}
 """
 NAN_HELPERS = _NAN_HELPER.format(op="max", cmp=">") + _NAN_HELPER.format(op="min", cmp="<")
+# Float -> integer as the GPU converts (cvt.rzi.s32/s64.f32, then a narrower store keeps the low bytes):
+# toward zero, NaN to 0, saturated to the 32-bit range (64-bit for long long).  C++ leaves NaN and
+# out-of-range values undefined, and x86 gives INT_MIN for them, so the emulator spells the GPU's rule out.
+F2I_HELPER = """\
+template <typename T>
+static __device__ __forceinline__ T sl_f2i(float x) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<T>(x);
+#else
+  if (x != x) return T(0);
+  if (sizeof(T) == 8) {
+    if (x >= 9223372036854775808.0f) return static_cast<T>(0x7fffffffffffffffLL);
+    if (x <= -9223372036854775808.0f) return static_cast<T>(-0x7fffffffffffffffLL - 1);
+    return static_cast<T>(static_cast<long long>(x));
+  }
+  if (x >= 2147483648.0f) return static_cast<T>(2147483647);
+  if (x <= -2147483648.0f) return static_cast<T>(-2147483647 - 1);
+  return static_cast<T>(static_cast<int>(x));
+#endif
+}
+"""
 
 
 def float_min_max(op: str) -> str:
@@ -133,6 +154,8 @@ class ExprPrinter:
             if e.dtype in ("float16", "bfloat16"):
                 # Round through the narrow type so the value matches a stored one.
                 return f"static_cast<float>(static_cast<{ctype(e.dtype)}>({inner}))"
+            if is_float(e.value.dtype) and e.dtype != "bool" and not is_float(e.dtype):
+                return f"sl_f2i<{target}>({inner})"  # the GPU's conversion on both builds (F2I_HELPER)
             return f"static_cast<{target}>({inner})"
         if isinstance(e, Select):
             return f"({self.p(e.cond)} ? {self.p(e.then)} : {self.p(e.other)})"

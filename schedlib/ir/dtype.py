@@ -87,10 +87,14 @@ def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bfloat16":
         return (bfloat16_bits(values).astype(np.uint32) << 16).view(np.float32)
     if is_int(dtype) and np.issubdtype(np.asarray(values).dtype, np.floating):
-        # C semantics of a float -> int conversion: truncate toward zero.  NaN and out-of-range values have no
-        # defined result in C++ (the GPU saturates, x86 gives INT_MIN); numpy's unspecified one is as good.
-        with np.errstate(invalid="ignore"):
-            return np.trunc(values).astype(_NUMPY[dtype])
+        # The GPU's float -> int conversion (cvt.rzi, which generated kernels use on the emulator too): toward
+        # zero, NaN to 0, saturated to the 32-bit range (64-bit for int64); int8 keeps the low byte of that.
+        wide = np.int64 if dtype == "int64" else np.int32
+        lo, hi = np.iinfo(wide).min, np.iinfo(wide).max
+        x = np.trunc(np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0, posinf=np.inf, neginf=-np.inf))
+        with np.errstate(invalid="ignore"):  # the saturated lanes are replaced below
+            out = np.where(x >= float(hi) + 1.0, hi, np.where(x < float(lo), lo, x.astype(wide)))
+        return out.astype(wide).astype(_NUMPY[dtype])  # int8: the low byte, as the GPU's byte store keeps
     return np.asarray(values).astype(_NUMPY[check_dtype(dtype)], copy=False)
 
 
