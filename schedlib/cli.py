@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import warnings
 from collections.abc import Sequence
@@ -24,6 +25,8 @@ from typing import Any, TextIO
 
 from schedlib import cli_args
 from schedlib.cli_args import UsageError
+from schedlib.cli_emulate import check_emulator_size as _check_emulator_size
+from schedlib.cli_emulate import emulation_note as _emulation_note
 from schedlib.errors import SchedlibError
 from schedlib.hw import is_auto
 
@@ -167,50 +170,6 @@ def _merged_config(rule: Any, func: Any, profile: Any, given: dict[str, Any]) ->
     return merged
 
 
-# The emulator runs every thread on the CPU: beyond this many elements in all buffers it takes hours.
-EMULATE_LIMIT = 1 << 24
-
-
-def _check_emulator_size(func: Any) -> None:
-    from schedlib.report.demo import SYMBOLIC_DEFAULT
-
-    total = 0
-    for name in (*func.inputs, *func.outputs):
-        n = 1
-        for d in func.buffer(name).shape:
-            n *= int(getattr(d, "value", SYMBOLIC_DEFAULT))
-        total += n
-    if total > EMULATE_LIMIT:
-        raise UsageError(f"--emulate: the buffers hold {total:,} elements, more than the CPU emulator's "
-                         f"{EMULATE_LIMIT:,}; pass smaller sizes (the schedule is the same rule at any size)")
-
-
-# Loop iterations beyond which the CPU emulator takes long enough (~10 s and up) to say so before starting.
-EMULATE_NOTE = 1 << 26
-
-
-def _emulation_note(spec: Any, func: Any) -> None:
-    """A note on stderr before an emulation long enough to look hung, with smaller sizes to try."""
-
-    from schedlib.ir.reference import evaluate_int
-    from schedlib.report.demo import SYMBOLIC_DEFAULT
-
-    env = dict.fromkeys(func.symbols, SYMBOLIC_DEFAULT)
-    points = 0
-    for blk in func.blocks:
-        n = 1
-        for axis in blk.axes:
-            n *= evaluate_int(axis.extent, env)
-        points += n
-    if points <= EMULATE_NOTE:
-        return
-    small = spec.scaled(64).text  # the builder's default sizes are capped too
-    shapes = ", ".join(f"{n}[{'x'.join(str(getattr(d, 'value', SYMBOLIC_DEFAULT)) for d in func.buffer(n).shape)}]"
-                       for n in (*func.inputs, *func.outputs))
-    note(f"--emulate: {spec.text} ({shapes}) runs {points:,} loop iterations on the CPU emulator, which can take "
-         f"minutes; for a quick check pass smaller sizes, e.g. {small}")
-
-
 def cmd_carve(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -232,8 +191,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
     profile = _profile(args.target)
     if backend == "gpu":
         _require_gpu()
-    res = tune(func, profile, trials=args.trials, strategy=args.strategy, storage=args.storage,
-               backend=backend, quiet=args.quiet, **({"replay": args.replay} if args.replay else {}))
+    # with no best, tune logs a line of its own; this command says it as its error, once
+    search_log = logging.getLogger("schedlib.search")
+    search_log.addFilter(_not_no_best)
+    try:
+        res = tune(func, profile, trials=args.trials, strategy=args.strategy, storage=args.storage,
+                   backend=backend, quiet=args.quiet, **({"replay": args.replay} if args.replay else {}))
+    finally:
+        search_log.removeFilter(_not_no_best)
+    if res.best_config is None:  # not "best: inf us ... config: null" with status 0
+        print(f"schedlib: error: {_no_best(res, func.name)}", file=sys.stderr)
+        return 1
     # the label names the backend that ran: with --replay that is the recording, never the carver
     source = {"estimate": "estimated by the carver's model, not measured", "gpu": "measured on the GPU",
               "replay": f"replayed from {args.replay}"}[backend]
@@ -251,6 +219,31 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_no_best(record: logging.LogRecord) -> bool:
+    """Drops tune's "no config ... succeeded" log line: cmd_tune reports that itself, with the counts."""
+    return not record.getMessage().startswith("tune: no config of ")
+
+
+def _no_best(res: Any, name: str) -> str:
+    """Why a tuning run has no best config: the failures by status (most frequent first) and the first error."""
+    from schedlib.search.records import OK
+
+    records = res.records
+    statuses = records["status"].value_counts() if len(records) else None
+    if statuses is None:
+        return f"tune: no config of {name} ran (nothing was recorded)"
+    counts = ", ".join(f"{n} {status}" for status, n in statuses.items() if status != OK)
+    if OK in statuses:  # measured, but the rule refuses to build what it measured
+        ok = int(statuses[OK])
+        built = "cannot build it" if ok == 1 else "builds none of them"
+        return (f"tune: {ok} config{'' if ok == 1 else 's'} of {name} ran, but the rule {res.key.rule} {built}"
+                + (f" (the others: {counts})" if counts else ""))
+    errors = records["error"].dropna().astype(str) if "error" in records else []
+    first = next((e.strip().splitlines()[0] for e in errors if e.strip()), "")
+    return f"tune: no config of {name} ran successfully ({counts})" + (f"; the first error: {first[:160]}"
+                                                                        if first else "")
+
+
 def _tune_backend(args: argparse.Namespace) -> str:
     """The backend ``tune`` runs: ``--replay FILE`` alone means replay; a backend that ignores the file, or replay
     without one, is refused before any work (the library would replay under an ``estimate`` label, or say
@@ -264,12 +257,19 @@ def _tune_backend(args: argparse.Namespace) -> str:
     return str(args.backend)
 
 
+def _check_out(text: str) -> None:
+    """Refuse ``--out ''`` before any work, as ``--storage ''`` is: an empty path means the current folder."""
+    if not text.strip():
+        raise UsageError(f"--out {text!r} is empty: give the folder for the report (e.g. --out report)")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from schedlib.hw import resolve
     from schedlib.report import compare, write_report
     from schedlib.report.writers import prepare_out_dir
     from schedlib.suites import suite
 
+    _check_out(args.out)
     specs = [_workload(w) for w in args.workload] if args.workload else suite(args.suite)
     if args.backend == "gpu":
         _require_gpu()
@@ -315,6 +315,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from schedlib.report.demo import run_demo
 
+    _check_out(args.out)
     run_demo(args.target, args.out, trials=args.trials, limit=args.limit)
     return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,17 @@ class WorkloadSpec:
 
 SIZE_PARAMS = {"M", "N", "K", "rows", "cols", "batch"}
 
+# Values from a suite file shown in an error: a YAML alias can make a few lines mean a structure with billions of
+# items, and a full repr of that never ends; a bounded one names the value well enough.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 2, 4, 4, 4
+_SHORT.maxstring, _SHORT.maxother = 80, 80
+
+
+def _show(value: Any) -> str:
+    """``repr(value)``, shortened for a one-line error message."""
+    return _SHORT.repr(value)
+
 
 def _fmt(key: str, v: Any) -> str:
     """The spec-string spelling of a parameter, the inverse of :func:`_value`."""
@@ -80,7 +92,7 @@ def _spec_size(kind: str, key: str, value: Any) -> Any:
     if hasattr(value, "name") and not isinstance(value, str):
         return value  # already an sl.var
     if isinstance(value, bool) or not isinstance(value, int):
-        raise IRError(f"workload {kind}: {key}={value!r} must be a positive int or $name (a symbolic size)")
+        raise IRError(f"workload {kind}: {key}={_show(value)} must be a positive int or $name (a symbolic size)")
     if not 1 <= value < 2**31:
         raise IRError(f"workload {kind}: {key}={value} must be a positive size below 2^31")
     return value
@@ -99,34 +111,34 @@ def _coerce(kind: str, key: str, value: Any) -> Any:
         dims = text.split("x") if text is not None else value
         dims = [dims] if isinstance(dims, int) else dims
         if not isinstance(dims, (list, tuple)) or not dims:
-            raise IRError(f"workload {kind}: shape={value!r} must be sizes like 64x128 (or a list)")
+            raise IRError(f"workload {kind}: shape={_show(value)} must be sizes like 64x128 (or a list)")
         return tuple(_spec_size(kind, key, d) for d in dims)
     if key == "chain":
         ops = text.split("+") if text is not None else value
         if not isinstance(ops, (list, tuple)) or not all(isinstance(o, str) and o for o in ops):
-            raise IRError(f"workload {kind}: chain={value!r} must be ops like add+relu (or a list)")
+            raise IRError(f"workload {kind}: chain={_show(value)} must be ops like add+relu (or a list)")
         return tuple(o.strip() for o in ops)
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
         if text is not None and text.lower() in _TRUE + _FALSE:
             return text.lower() in _TRUE
-        raise IRError(f"workload {kind}: {key}={value!r} must be true or false")
+        raise IRError(f"workload {kind}: {key}={_show(value)} must be true or false")
     if isinstance(default, int):
         if text is not None and text.lstrip("+-").isdigit():
             return int(text)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise IRError(f"workload {kind}: {key}={value!r} must be an int")
+        raise IRError(f"workload {kind}: {key}={_show(value)} must be an int")
     if isinstance(default, float):
         if not isinstance(value, bool):
             try:
                 return float(value)
             except (TypeError, ValueError):
                 pass
-        raise IRError(f"workload {kind}: {key}={value!r} must be a number")
+        raise IRError(f"workload {kind}: {key}={_show(value)} must be a number")
     if not isinstance(value, str):  # dtype, op, epilogue: names
-        raise IRError(f"workload {kind}: {key}={value!r} must be a name")
+        raise IRError(f"workload {kind}: {key}={_show(value)} must be a name")
     return text
 
 
@@ -175,11 +187,19 @@ def load_suite_file(path: str | Path) -> list[WorkloadSpec]:
     """A YAML or JSON list of workload strings or ``{kind: ..., <params>, label: ...}`` mappings."""
     p = Path(path)
     try:
-        text = p.read_text()
+        # JSON and YAML are UTF-8 (not the locale's encoding); -sig accepts the mark some editors put first
+        text = p.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise IRError(f"suite file {p}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise IRError(f"suite file {p}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line}, "
+                      f"offset {exc.start}); save it as UTF-8") from None
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except RecursionError:  # both parsers recurse once per level: a suite is a flat list, never this deep
+        raise IRError(f"suite file {p}: nested too deeply to read (lists or mappings inside each other "
+                      f"past Python's recursion limit); a suite is a list of workloads") from None
     except json.JSONDecodeError as exc:
         raise IRError(f"suite file {p}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})"
                       + _offending(text, exc.lineno - 1)) from None
@@ -201,11 +221,14 @@ def load_suite_file(path: str | Path) -> list[WorkloadSpec]:
         elif isinstance(item, dict) and "kind" in item:
             kind = item["kind"]
             if not isinstance(kind, str) or kind not in BUILTINS:
-                raise IRError(f"suite file {p}: entry {i}: unknown workload {kind!r}; built-in workloads are "
+                raise IRError(f"suite file {p}: entry {i}: unknown workload {_show(kind)}; built-in workloads are "
                               f"{', '.join(sorted(BUILTINS))}")
+            label = item.get("label", "")
+            if not isinstance(label, (str, int, float)):  # str() of a (possibly huge) structure is no name
+                raise IRError(f"suite file {p}: entry {i}: label={_show(label)} must be a name")
             params = {str(k): v for k, v in item.items() if k not in ("kind", "label")}
             try:
-                specs.append(_checked(kind, params, str(item.get("label", ""))))
+                specs.append(_checked(kind, params, str(label)))
             except IRError as exc:
                 raise IRError(f"suite file {p}: entry {i}: {exc}") from None
         else:

@@ -13,9 +13,11 @@ from typing import Any
 import pandas as pd
 
 from schedlib.errors import SchedlibError
+from schedlib.report.compare import COLUMNS
 
-SUMMARY = ["workload", "method", "rule", "time_us", "tflops", "gbs", "pct_roofline", "speedup_vs_vendor",
-           "tuning_s", "source"]
+# The report tables show every column of the CSV (issue 7 lists them all as what a comparison reports), named
+# as in the CSV so that a reader can move between the files; config as compact JSON keeps rows one line.
+SUMMARY = list(COLUMNS)
 
 
 def _cell(v: Any) -> str:
@@ -28,12 +30,38 @@ def _cell(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def _md_cell(column: str, v: Any) -> str:
+    """One Markdown table cell: on one line (a newline would end the row), ``|`` escaped (it would split the
+    cell), a config as code (its JSON is not prose: no emphasis from ``*`` or ``_``), and elsewhere ``$``
+    escaped (GitHub renders ``$M,N=$`` as math; a backslash is literal inside code, so not there)."""
+    text = " ".join(_cell(v).splitlines())
+    if column == "config" and isinstance(v, (dict, str)) and text:
+        fence = "``" if "`" in text else "`"
+        text = f"{fence}{text}{fence}" if fence == "`" else f"{fence} {text} {fence}"
+    else:
+        text = text.replace("$", "\\$")
+    return text.replace("|", "\\|")
+
+
 def markdown_table(df: pd.DataFrame, columns: list[str] | None = None) -> str:
     cols = [c for c in (columns or list(df.columns)) if c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, row in df.iterrows():
-        lines.append("| " + " | ".join(_cell(row[c]).replace("|", "\\|") for c in cols) + " |")
+        lines.append("| " + " | ".join(_md_cell(c, row[c]) for c in cols) + " |")
     return "\n".join(lines)
+
+
+def _html_cell(column: str, v: Any) -> str:
+    text = html.escape(_cell(v))
+    return f"<td><code>{text}</code></td>" if column == "config" and isinstance(v, (dict, str)) else f"<td>{text}</td>"
+
+
+def _drawn(text: Any) -> str:
+    """A user's string as matplotlib should draw it: literally.  Two ``$`` make mathtext of what lies between
+    (``matmul:M=$M,N=$N`` lost its dollars and turned italic), so each is escaped; a legend leaves out labels
+    that start with ``_``, so those get a leading space."""
+    out = str(text).replace("$", r"\$")
+    return " " + out if out.startswith("_") else out
 
 
 def _figure_png(fig: Any) -> str:
@@ -53,9 +81,9 @@ def roofline_bars(df: pd.DataFrame) -> list[tuple[str, str]]:
     for workload, part in df.groupby("workload", sort=False):
         fig, ax = plt.subplots(figsize=(5, 2.4))
         values = part["pct_roofline"].fillna(0.0)
-        ax.bar(part["method"], values, color="#4878a8")
+        ax.bar([_drawn(m) for m in part["method"]], values, color="#4878a8")
         ax.set_ylabel("% of roofline")
-        ax.set_title(str(workload), fontsize=9)
+        ax.set_title(_drawn(workload), fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
         out.append((str(workload), _figure_png(fig)))
         plt.close(fig)
@@ -73,7 +101,7 @@ def convergence_plot(histories: dict[str, list[float]]) -> str | None:
 
     fig, ax = plt.subplots(figsize=(6, 3))
     for name, hist in histories.items():
-        ax.plot(range(1, len(hist) + 1), hist, label=name)
+        ax.plot(range(1, len(hist) + 1), hist, label=_drawn(name))
     ax.set_xlabel("trial")
     ax.set_ylabel("best time so far (us)")
     ax.set_yscale("log")
@@ -94,6 +122,9 @@ def flat_configs(df: pd.DataFrame) -> pd.DataFrame:
 
 def prepare_out_dir(out_dir: str | Path) -> Path:
     """Create ``out_dir`` and prove it writable; called before long work, so a bad ``--out`` fails first."""
+    if isinstance(out_dir, str) and not out_dir.strip():  # Path("") is ".": the report would land in the cwd
+        raise SchedlibError(f"the report folder {out_dir!r} is empty: give a folder name ('.' for the current "
+                            f"folder)")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():  # mkdir would say "File exists", which reads as no problem
         raise SchedlibError(f"cannot write the report to {out}: it is a file, not a folder")
@@ -105,6 +136,12 @@ def prepare_out_dir(out_dir: str | Path) -> Path:
     except OSError as exc:
         raise SchedlibError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
     return out
+
+
+# 17 columns: small type keeps a row on one line of a laptop screen; a config wraps inside its own cell.
+STYLE = ("<style>body{font-family:sans-serif} table{border-collapse:collapse;font-size:12px} "
+         "th,td{padding:2px 5px;vertical-align:top} td code{font-size:11px;white-space:normal;"
+         "overflow-wrap:anywhere}</style>")
 
 
 def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, list[float]] | None = None,
@@ -128,12 +165,12 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, 
              f"{html.escape(source)}.</p>", "<table border='1' cellspacing='0' cellpadding='3'>",
              "<tr>" + "".join(f"<th>{c}</th>" for c in SUMMARY) + "</tr>"]
     for _, row in df.iterrows():
-        parts.append("<tr>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in SUMMARY) + "</tr>")
+        parts.append("<tr>" + "".join(_html_cell(c, row[c]) for c in SUMMARY) + "</tr>")
     parts.append("</table><h2>% of roofline by method</h2>")
     for name, png in bars:
         parts.append(f"<figure><img alt='{html.escape(name)}' src='data:image/png;base64,{png}'/></figure>")
     if conv:
         parts.append(f"<h2>Search convergence</h2><img alt='convergence' src='data:image/png;base64,{conv}'/>")
     html_path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(title)
-                         + "</title></head><body>" + "\n".join(parts) + "</body></html>")
+                         + "</title>" + STYLE + "</head><body>" + "\n".join(parts) + "</body></html>")
     return {"csv": csv_path, "markdown": md_path, "html": html_path}
