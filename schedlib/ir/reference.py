@@ -4,6 +4,11 @@ Loops that carry attached blocks run one iteration at a time (a shared tile must
 loop body reads it); below the last attachment every remaining loop is evaluated at once as a numpy
 grid.  Guards, compacted caches, rfactor partials and reduction initialisation all follow the IR's
 semantics, so a wrong schedule gives a wrong answer here rather than only on the GPU.
+
+Numbers follow the generated CUDA: fp16/bf16 arithmetic runs in float32 and rounds where a value is stored
+or cast, and a float -> integer conversion is the GPU's (NaN to 0, saturated), so for element-wise work the
+reference gives the kernel's bits; sums may still differ in the last place where the kernel adds in
+another order.
 """
 
 from __future__ import annotations
@@ -113,6 +118,13 @@ def run_reference(target: Any, inputs: Mapping[str, Any]) -> dict[str, np.ndarra
         runner.chain(blk, 0, dict(symbols))
     return {name: buffers[name] for name in func.outputs}
 
+
+
+def _compute_dtype(dtype: str) -> Any:
+    """The numpy type arithmetic of ``dtype`` runs in: fp16 and bf16 in float32, as generated CUDA computes
+    them (operands widened, one rounding where a value is stored or cast), so the reference gives the
+    kernel's bits rather than a rounding after every operation."""
+    return np.float32 if dtype in ("float16", "bfloat16") else numpy_dtype(dtype)
 
 class _Runner:
     def __init__(self, func: Func, buffers: dict[str, np.ndarray], symbols: dict[str, int]) -> None:
@@ -246,7 +258,7 @@ class _Evaluator:
 
     def eval(self, e: Expr) -> Any:
         if isinstance(e, Const):
-            return np.asarray(e.value, dtype=numpy_dtype(e.dtype))
+            return np.asarray(e.value, dtype=_compute_dtype(e.dtype))
         if isinstance(e, Var):
             if e.name not in self.env:
                 raise ExecutionError(f"block {self.block}: variable {e.name} is not bound here")
@@ -270,7 +282,7 @@ class _Evaluator:
                 other = self.eval(e.other)
             finally:
                 self.active = saved
-            return np.where(cond, then, other).astype(numpy_dtype(e.dtype))
+            return np.where(cond, then, other).astype(_compute_dtype(e.dtype))
         if isinstance(e, Cast):
             return round_to_dtype(np.asarray(self.eval(e.value)), e.dtype)
         if isinstance(e, Binary):
@@ -289,7 +301,7 @@ class _Evaluator:
             fn = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
                   "==": operator.eq, "!=": operator.ne}[e.op]
             return fn(a, b)
-        dt = numpy_dtype(e.dtype)
+        dt = _compute_dtype(e.dtype)
         a, b = np.asarray(a).astype(dt, copy=False), np.asarray(b).astype(dt, copy=False)
         with np.errstate(all="ignore"):
             if e.op == "+":
@@ -308,10 +320,12 @@ class _Evaluator:
                 r = np.minimum(a, b)
             else:
                 r = np.maximum(a, b)
-        return round_to_dtype(r, e.dtype) if e.dtype == "bfloat16" else r
+        return r
 
     def _call(self, e: Call) -> Any:
         x = np.asarray(self.eval(e.args[0]))
+        if e.fn != "not":  # a loaded fp16 operand is widened first, as the kernel's sqrtf/expf take floats
+            x = x.astype(_compute_dtype(e.dtype), copy=False)
         with np.errstate(all="ignore"):
             if e.fn == "neg":
                 r = -x
@@ -333,4 +347,4 @@ class _Evaluator:
                 r = 1 / (1 + np.exp(-x))
             else:  # erf
                 r = _erf(x.astype(np.float64)).astype(np.float64)
-        return round_to_dtype(r, e.dtype)
+        return np.asarray(r).astype(_compute_dtype(e.dtype), copy=False) if e.fn != "not" else r
