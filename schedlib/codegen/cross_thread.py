@@ -79,7 +79,10 @@ class CrossThreadReduction:
     def _for(self, lp: Loop, lane: bool = False) -> None:
         """A loop of the reduction; lane loops are always unrolled, so that ``sl_lanes`` stays in registers."""
         v = mangle(lp.name)
-        if lp.unrolled or lp.vectorized or lane:
+        limit = dict(lp.annotations).get("unroll_limit")
+        if limit and not (lp.vectorized or lane):
+            self._emit(f"#pragma unroll {limit}")
+        elif lp.unrolled or lp.vectorized or lane:
             self._emit("#pragma unroll")
         self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
 

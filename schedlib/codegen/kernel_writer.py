@@ -203,7 +203,10 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
                 self._open(f"if ({v} < {self.printer(lp.extent)})")
                 return ctx, 2
             return ctx, 1
-        if lp.unrolled or lp.vectorized or self.staging:  # a staged copy indexes its registers by constants
+        limit = dict(lp.annotations).get("unroll_limit")
+        if limit and not (lp.vectorized or self.staging):
+            self._emit(f"#pragma unroll {limit}")
+        elif lp.unrolled or lp.vectorized or self.staging:  # a staged copy indexes its registers by constants
             self._emit("#pragma unroll")
         self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
         return ctx, 1

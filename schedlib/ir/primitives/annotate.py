@@ -194,7 +194,10 @@ def _check_value(prim: str, value: Any) -> None:
 
 
 # The annotation keys the code generator reads; any other identifier is a note, printed with the nest.
-GENERATOR_KEYS = ("tensor_core", "pipeline_stages", "raster", "producer", "loader", DOUBLE_BUFFER)
+GENERATOR_KEYS = ("tensor_core", "pipeline_stages", "raster", "producer", "loader", "unroll_limit", DOUBLE_BUFFER)
+# Read only by the tensor-core lowering (a root block annotated tensor_core); elsewhere the build refuses them.
+TENSOR_CORE_KEYS = ("pipeline_stages", "raster", "producer", "loader")
+UNROLL_LIMIT_MAX = 1024
 # What the code generator accepts for them (it checks again when it lowers): counts in 1..16, or one of the
 # names of the lowerings (codegen's MMA_SHAPE, LOADER and PRODUCER; a test holds the two in step).
 GENERATOR_COUNTS = ("pipeline_stages", "raster")
@@ -207,6 +210,10 @@ def _check_generator_value(prim: str, key: str, value: Any) -> None:
         fail(prim, "value", value, f"{key} must be an integer in 1..16")
     if key in GENERATOR_NAMES and value not in GENERATOR_NAMES[key]:
         fail(prim, "value", value, f"{key} must be one of {list(GENERATOR_NAMES[key])}")
+    if key == "unroll_limit" and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= UNROLL_LIMIT_MAX):
+        fail(prim, "value", value, f"unroll_limit must be an integer in 1..{UNROLL_LIMIT_MAX} (iterations unrolled "
+             "at a time; the unroll primitive unrolls a loop whole)")
 
 
 def _one_edit_apart(a: str, b: str) -> bool:
@@ -258,18 +265,24 @@ def annotate(func: Func, target: str, key: str, value: Any) -> tuple[Func, None]
     On a block the hint follows its header: ``block C SR (...):  # pipeline_stages=2``.
 
     The code generator reads the keys in :data:`GENERATOR_KEYS` (``double_buffer`` is set only by its own
-    primitive); any other identifier is kept as a note.  A key one slip (a letter changed, added, dropped or
-    swapped) from a generator key of 8 letters or more (``pipline_stages``) is refused as the typo it most
-    likely is, since it would change nothing.
+    primitive): ``unroll_limit=N`` on a loop unrolls it N iterations at a time (``#pragma unroll N``), and
+    the tensor-core keys (:data:`TENSOR_CORE_KEYS`) are read under a root annotated ``tensor_core`` (the
+    build refuses them elsewhere, where they would change nothing).  Any other identifier is kept as a note.
+    A key one slip (a letter changed, added, dropped or swapped) from a generator key of 8 letters or more
+    (``pipline_stages``) is refused as the typo it most likely is, since it would change nothing.
     """
     prim = "annotate"
     _check_key(prim, key)
     _check_value(prim, value)
     _check_generator_value(prim, key, value)
     if isinstance(target, str) and func.has_block(target):
+        if key == "unroll_limit":
+            fail(prim, "target", target, "unroll_limit applies to a loop, not a block")
         blk = func.block(target)
         ann = (*((k, v) for k, v in blk.annotations if k != key), (key, value))
         return func.with_block(replace(blk, annotations=ann)), None
     owner, idx = get_loop(func, prim, target, "target")
+    if key == "unroll_limit" and (owner.loops[idx].thread or owner.loops[idx].vectorized):
+        fail(prim, "target", target, "is bound to the grid or vectorized: it has no loop to unroll")
     ann = (*((k, v) for k, v in owner.loops[idx].annotations if k != key), (key, value))
     return _replace_loop(func, target, annotations=ann), None
