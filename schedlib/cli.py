@@ -79,10 +79,23 @@ def _profile(target: str) -> Any:
     return resolve(target)
 
 
-def _workload(text: str) -> Any:
-    from schedlib.suites import parse_workload
+def _workloads(text: str) -> list[Any]:
+    """A workload string, or every workload of a YAML/JSON suite file."""
+    from schedlib.suites import load_suite_file, parse_workload
 
-    return parse_workload(text)
+    if text.lower().endswith((".yaml", ".yml", ".json")):
+        return load_suite_file(text)
+    return [parse_workload(text)]
+
+
+def _workload(text: str) -> Any:
+    """One workload: a string, or a suite file holding exactly one."""
+    specs = _workloads(text)
+    if len(specs) != 1:
+        names = ", ".join(s.name for s in specs[:4]) + (", ..." if len(specs) > 4 else "")
+        raise UsageError(f"suite file {text} holds {len(specs)} workloads ({names}); this command takes one: give "
+                         f"its workload string, or run them all with schedlib compare --suite {text}")
+    return specs[0]
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -270,7 +283,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from schedlib.suites import suite
 
     _check_out(args.out)
-    specs = [_workload(w) for w in args.workload] if args.workload else suite(args.suite)
+    specs = [s for w in args.workload for s in _workloads(w)] if args.workload else suite(args.suite)
     if args.backend == "gpu":
         _require_gpu()
     if set(args.methods) == {"vendor"} and (args.backend == "estimate" or _no_gpu_reason() is not None):
