@@ -240,7 +240,8 @@ def _llm_decoder() -> list[WorkloadSpec]:
     """One layer of a 7-8B decoder (hidden 4096, 32 heads, 8 KV heads, MLP 14336), fp16.
 
     Prefill is M=2048 tokens; decode is batch 1 and 8, its MLP projections also with int8 weights (weight-only
-    quantisation, one scale per output column).
+    quantisation, one scale per output column), and its attention softmax one row per head and sequence over
+    a 2048-token context.
     """
     h, kv, mlp, heads, seq = 4096, 1024, 14336, 32, 2048
     out: list[WorkloadSpec] = []
@@ -251,13 +252,16 @@ def _llm_decoder() -> list[WorkloadSpec]:
     out.append(WorkloadSpec("softmax", {"rows": heads * 128, "cols": seq, "dtype": "float16"},
                             "prefill.attn_softmax"))
     for batch in (1, 8):
-        for name, n, k in (("qkv_proj", h + 2 * kv, h), ("gate_up_proj", 2 * mlp, h), ("down_proj", h, mlp)):
+        for name, n, k in (("qkv_proj", h + 2 * kv, h), ("o_proj", h, h), ("gate_up_proj", 2 * mlp, h),
+                           ("down_proj", h, mlp)):
             out.append(WorkloadSpec("gemv", {"N": n, "K": k, "dtype": "float16", "batch": batch},
                                     f"decode{batch}.{name}"))
         for name, n, k in (("gate_up_proj", 2 * mlp, h), ("down_proj", h, mlp)):
             out.append(WorkloadSpec("gemv", {"N": n, "K": k, "dtype": "float16", "batch": batch,
                                              "weight_dtype": "int8"}, f"decode{batch}.{name}.int8"))
         out.append(WorkloadSpec("rmsnorm", {"rows": batch, "cols": h, "dtype": "float16"}, f"decode{batch}.rmsnorm"))
+        out.append(WorkloadSpec("softmax", {"rows": heads * batch, "cols": seq, "dtype": "float16"},
+                                f"decode{batch}.attn_softmax"))
     return out
 
 

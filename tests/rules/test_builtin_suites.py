@@ -32,3 +32,12 @@ def test_the_decoder_suite_has_quantised_decode_projections() -> None:
         spec = labels[f"decode{batch}.down_proj.int8"]
         func = spec.build()
         assert func.buffer("W").dtype == "int8" and rules.find_rule(func, "h100").name == "gemv"
+
+
+def test_the_decoder_suite_covers_projections_norm_and_softmax_in_each_phase() -> None:
+    labels = {s.label for s in suite("llm-decoder")}
+    for phase in ("prefill", "decode1", "decode8"):
+        for part in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "rmsnorm", "attn_softmax"):
+            assert f"{phase}.{part}" in labels
+    softmax = {s.label: s for s in suite("llm-decoder")}["decode8.attn_softmax"].build()
+    assert rules.find_rule(softmax, "h100").name != "fallback"
