@@ -58,7 +58,10 @@ class CrossThreadReduction:
         self._lanes(block, start)
         for lp in block.loops[start:]:
             if self.func.attached_at(block.name, lp.name):
-                raise BuildError(f"block {block.name}: blocks are attached inside its cross-thread reduction")
+                inner = ", ".join(b.name for b in self.func.attached_at(block.name, lp.name))
+                raise BuildError(f"block {block.name}: {inner} is attached at {lp.name}, inside its cross-thread "
+                                 f"reduction (the threads combine once, after every reduce loop); attach it at a "
+                                 f"loop outside the reduce loops (the blockIdx loop), or leave it unattached")
         return start
 
     def _lanes(self, block: Block, start: int) -> list[Loop]:

@@ -65,8 +65,9 @@ def bind_symbols(func: Func, inputs: Mapping[str, Any]) -> dict[str, int]:
         for d, (dim, size) in enumerate(zip(buf.shape, tuple(inputs[name].shape) if hasattr(inputs[name], "shape")
                                             else np.shape(inputs[name]))):
             expect = evaluate_int(dim, env)
-            if expect != size:
-                raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, expected {expect} ({dim})")
+            if expect != size:  # a symbolic dimension also says how it was computed: "expected 64 (2 * N)"
+                how = "" if isinstance(dim, Const) else f" ({dim})"
+                raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, expected {expect}{how}")
     return env
 
 

@@ -382,3 +382,19 @@ def test_a_thread_loop_over_spatial_and_reduce_axes_at_once_is_refused() -> None
         s.bind(lanes, "threadIdx.x")
     with pytest.raises(sl.BuildError, match=r"loop R.i_r_fused_1 bound to threadIdx.x drives spatial and reduce"):
         sl.build(forced(s.func, lanes, thread="threadIdx.x"), "h100")
+
+
+def test_a_block_attached_inside_a_cross_thread_reduction_is_refused_with_the_fix() -> None:
+    """rfactor's partial block attached at the loop bound to threadIdx.x, as in TVM's rfactor recipe: the
+    threads combine once, after every reduce loop, so nothing can sit inside those loops."""
+    s = sl.Schedule(sl.workloads.reduce(8, 1024))
+    _, k = s.get_loops("R")
+    _, ki = s.split(k, [None, 32])
+    partial = s.rfactor(ki)
+    rows, lanes = s.get_loops("R")
+    s.bind(rows, "blockIdx.x")
+    s.bind(lanes, "threadIdx.x")
+    s.compute_at(partial, lanes)
+    with pytest.raises(sl.BuildError, match=r"R_rf is attached at R.v_r_1, inside its cross-thread reduction .* "
+                                            r"attach it at a loop outside the reduce loops \(the blockIdx loop\)"):
+        sl.build(s, "h100")

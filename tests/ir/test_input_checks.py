@@ -325,3 +325,14 @@ def test_docstring_nests_are_what_the_printer_shows(primitive: str) -> None:
     assert loop_nest(s) == before
     apply(s)
     assert loop_nest(s) == after
+
+
+def test_a_wrong_input_size_says_how_a_symbolic_one_was_computed_only() -> None:
+    f = sl.workloads.matmul(4, 4, 4)
+    with pytest.raises(sl.ShapeError, match=r"input A dim 1 is 5, expected 4$"):
+        sl.run_reference(f, {"A": np.zeros((4, 5), "float32"), "B": np.zeros((4, 4), "float32")})
+    N = sl.var("N")
+    X = sl.placeholder((N, 2 * N), "float32", "X")
+    g = sl.func([X, sl.compute((N,), lambda i: X[i, 0], "Y")])
+    with pytest.raises(sl.ShapeError, match=r"input X dim 1 is 5, expected 6 \(2 \* N\)$"):
+        sl.run_reference(g, {"X": np.zeros((3, 5), "float32")})

@@ -151,6 +151,9 @@ NEGATIVE = [
            "reads 1 buffers (X)"),
     Reject("cache-read-negative-index", _red, lambda s: s.cache_read("R", -1, "shared"), "cache_read", "buffer",
            -1, "reads 1 buffers"),
+    Reject("cache-read-of-an-attached-copy", _staged, lambda s: s.cache_read("C", "A_shared", "local"), "cache_read",
+           "buffer", "A_shared", "attached inside C's loops, so a copy of it would run first; make the copies "
+           "before attaching"),
     Reject("cache-read-not-read", _red, lambda s: s.cache_read("R", "R", "shared"), "cache_read", "buffer", "R",
            "does not read it; it reads X"),
     Reject("cache-read-consumers-type", lambda: sl.Schedule(sl.workloads.softmax(3, 7)),
@@ -162,8 +165,6 @@ NEGATIVE = [
     Reject("cache-read-consumer-not-reader", lambda: sl.Schedule(sl.workloads.softmax(3, 7)),
            lambda s: s.cache_read("T_max", "X", "shared", consumers=["T_sum"]), "cache_read", "consumers",
            ["T_sum"], "block T_sum does not read X"),
-    Reject("cache-read-before-producer", _staged, lambda s: s.cache_read("C", "A_shared", "local"), "cache_read",
-           "block", "C", "would run before A_shared"),
     Reject("cache-write-scope", _red, lambda s: s.cache_write("R", "register"), "cache_write", "scope",
            "register", "must be one of"),
     Reject("cache-write-no-block", _red, lambda s: s.cache_write("X", "local"), "cache_write", "block", "X",
@@ -182,3 +183,12 @@ NEGATIVE = [
 @pytest.mark.parametrize("case", NEGATIVE, ids=lambda c: c.id)
 def test_rejections(case: Reject) -> None:
     case.check()
+
+
+def test_the_order_the_attached_copy_error_advises_works() -> None:
+    s = sl.Schedule(sl.workloads.matmul(8, 8, 8))
+    shared = s.cache_read("C", "A", "shared")
+    local = s.cache_read("C", shared, "local")
+    s.compute_at(local, "C.k")
+    s.compute_at(shared, "C.j")
+    assert_same_result(s.original, s)

@@ -77,6 +77,12 @@ def cache_read(func: Func, block: str, buffer: str | int, scope: str,
     if not isinstance(buffer, str) or buffer not in reads:
         fail(prim, "buffer", buffer, f"block {block} does not read it; it reads {', '.join(reads) or 'nothing'}")
     readers = [block, *_consumers(func, prim, consumers, buffer)]
+    producer = next((b for b in func.blocks if b.store == buffer), None)
+    if producer is not None and producer.attach is not None:
+        # the new copy goes before its first reader at the top level, where the attached producer has not run
+        fail(prim, "buffer", buffer, f"is written by {producer.name}, which is attached inside {producer.attach.block}"
+             f"'s loops, so a copy of it would run first; make the copies before attaching: cache_read both, "
+             f"then compute_at the inner copy, then {producer.name}")
     src = func.buffer(buffer)
     name = func.fresh_name(f"{buffer}_{scope}")
     copy = _copy_block(func, name, src, name)
