@@ -7,7 +7,6 @@ naming the file - never a TypeError or RecursionError, and never a journal made 
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from schedlib.search.records import OK
 from schedlib.search.storage import StorageError
 
 from .helpers import ToyRule, toy_func, toy_table
+from .test_damaged_storage import _edit_best
 
 DEEP = "[" * 100_000 + "]" * 100_000  # far past json's recursion limit
 
@@ -32,20 +32,6 @@ def _tune(storage: Any, trials: int) -> S.TuneResult:
 
 def _apply(storage: Any) -> Any:
     return S.apply_best(toy_func(), "h100", storage, rule=ToyRule())
-
-
-def _edit_best(db: Path, change: Callable[[dict[str, Any]], None]) -> str:
-    """Apply ``change`` to the stored attributes of the fastest ok trial; returns its config key."""
-    con = sqlite3.connect(db)
-    rows = [(i, json.loads(v)) for i, v in
-            con.execute("select trial_user_attribute_id, value_json from trial_user_attributes where key='sl'")]
-    i, attrs = min(((i, a) for i, a in rows if a.get("status") == OK), key=lambda r: r[1]["time_us"])
-    key = attrs["config_key"]
-    change(attrs)
-    con.execute("update trial_user_attributes set value_json=? where trial_user_attribute_id=?", (json.dumps(attrs), i))
-    con.commit()
-    con.close()
-    return key
 
 
 UNHASHABLE: dict[str, Callable[[dict[str, Any]], None]] = {
