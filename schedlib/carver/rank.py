@@ -201,7 +201,7 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
                 return None
             return f["est_time_us"] * (1.0 if f["aligned"] else 1.5)  # grow through, never end on, unaligned
 
-        seeds = [c for c in (_default(ctx), smallest_legal(space)) if c is not None]
+        seeds = [c for c in (*_seeds(ctx), smallest_legal(space)) if c is not None]
         configs = [c for c, _ in grow(space, score, seeds, GROWTH_BUDGET)]
     launchable = [c for c in configs if ctx.figures_of(c)["blocks_per_sm"] > 0]
     aligned = [c for c in launchable if ctx.figures_of(c)["aligned"]]
@@ -226,6 +226,15 @@ def _columns(ctx: _Context) -> list[str]:
     if default is not None:
         return list(ctx.row(default))
     return ["rule", "config", *ctx.space.names, "est_time_us", "pct_of_peak", "reason"]
+
+
+def _seeds(ctx: _Context) -> list[Config]:
+    """The rule's legal seed configs (its default first); none where the rule's seeding fails."""
+    try:
+        seeds = ctx.rule.seed_configs(ctx.func, ctx.profile)
+    except Exception:  # as for the default: the space is still rankable from its smallest point
+        return [c for c in (_default(ctx),) if c is not None]
+    return [c for c in seeds if ctx.space.is_legal(c)]
 
 
 def _default(ctx: _Context) -> Config | None:

@@ -189,6 +189,11 @@ class Rule(ABC):
         """Physical meaning of ``config`` for the carver (None: not modelled)."""
         return None
 
+    def seed_configs(self, func: Func, target: Any) -> list[Config]:
+        """Where the carver's growth starts in a space too large to enumerate: the default, and a rule's
+        other templates' own defaults where the default alone would leave a region of its space unvisited."""
+        return [self.default_config(func, target)]
+
     def _require(self, facts: FactsT | str) -> FactsT:
         """The facts of an analysis, or the error every rule gives for a func it does not take (not a space
         or config that looks usable, nor an AttributeError from deep inside)."""

@@ -23,17 +23,21 @@ LONG_K = 4  # a matmul offers the split when K is at least this many times its l
 MIN_SPACE_SLICE = 256  # ... in slices of at least this much of K
 MIN_SLICE = 512  # the default splits only while every slice keeps at least this much of K
 SUM_THREADS = 256  # threads per block of the second kernel, one output each
+PARTIALS_LIMIT = 2**31  # elements the partials may hold: generated kernels index global buffers in 32 bits
 
 
 def splits(facts: MatmulFacts) -> tuple[int, ...]:
     """The ``split_k`` values a matmul's space offers: beyond 1, only for a known K at least :data:`LONG_K`
-    times the longer output side (symbolic sides planned at 4096), in slices of at least
-    :data:`MIN_SPACE_SLICE`.  Elsewhere the output alone has enough tiles to fill the GPU, and every split
+    times the longer output side (symbolic sides planned at 4096) and known batch sizes, in slices of at
+    least :data:`MIN_SPACE_SLICE`.  Elsewhere the output alone has enough tiles to fill the GPU, and every split
     would only add partials and a second kernel (and make the space five times larger to rank)."""
     k = as_int(facts.extents[facts.k])
     side = max(const_or(facts.extents[facts.m], 4096), const_or(facts.extents[facts.n], 4096))
     if k is None or k < LONG_K * side:
         return (1,)
+    if any(as_int(facts.extents[b]) is None for b in facts.batch):
+        return (1,)  # the slices share blockIdx.z with a batch of unknown size: split, it could pass 65535
+
     return tuple(s for s in SPLITS if s == 1 or k // s >= MIN_SPACE_SLICE)
 
 

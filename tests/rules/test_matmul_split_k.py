@@ -104,3 +104,29 @@ def test_split_k_kernels_match_the_reference(make: Any, config: dict | None, siz
     # two kernels: the partial results, then their sum carrying the epilogue
     assert len(kernel.launch) == 2
     assert str(sl.Schedule.from_trace(f, sch.trace.to_json())) == str(sch)
+
+
+def test_a_batch_of_unknown_size_is_never_split() -> None:
+    """The slices share blockIdx.z with the batch: split 16 of a symbolic batch could not launch past 4095."""
+    f = wl.matmul(64, 64, 8192, batch=sl.var("B"))
+    assert MATMUL.space(f, H100).knob("split_k").values == (1,)
+    assert MATMUL.default_config(f, H100)["split_k"] == 1
+
+
+def test_partials_past_32_bit_offsets_are_illegal() -> None:
+    f = wl.matmul(12000, 12000, 48000)
+    big = simt(16, 128, 128, 8, vector=4) | {"thread_m": 8, "thread_n": 8}
+    assert "reach 2^31 elements" in MATMUL.space(f, H100).reason(big)
+    assert MATMUL.space(f, H100).is_legal({**big, "split_k": 8})  # 8 x 144M partials fit
+
+
+@pytest.mark.parametrize("target", ["h100", "a100"])
+def test_fp16_with_few_output_tiles_splits_on_simt_and_the_carver_finds_it(target: str) -> None:
+    f = wl.matmul(128, 96, 8192, "float16")
+    config = MATMUL.default_config(f, target)
+    assert config["tensor_core"] is False and config["split_k"] == 16
+    # the space is too large to enumerate: the growth is seeded from the SIMT default as well
+    top = sl.carver.carve(f, target, topk=1)
+    assert top.attrs["method"] == "grow" and top.iloc[0]["split_k"] > 1
+    # a large output keeps the tensor cores (and one kernel)
+    assert MATMUL.default_config(wl.matmul(512, 512, 8192, "float16"), target)["tensor_core"] is not False
