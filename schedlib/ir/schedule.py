@@ -224,11 +224,14 @@ class Schedule:
         # Passed as given: the primitive names a non-list argument itself (list("48") would split a string).
         self._apply("storage_permute", block=block, dim=dim, factors=factors, order=order)
 
-    def cache_read(self, block: str, buffer: str | int, scope: str, consumers: Sequence[str] | None = None) -> str:
-        if consumers is None:  # traces of single-reader copies keep their old form
-            return self._apply("cache_read", block=block, buffer=buffer, scope=scope)
-        return self._apply("cache_read", block=block, buffer=buffer, scope=scope,
-                           consumers=list(consumers) if isinstance(consumers, tuple) else consumers)
+    def cache_read(self, block: str, buffer: str | int, scope: str, consumers: Sequence[str] | None = None,
+                   occurrence: int | None = None) -> str:
+        extra: dict[str, Any] = {}  # traces of single-reader, every-load copies keep their old form
+        if consumers is not None:
+            extra["consumers"] = list(consumers) if isinstance(consumers, tuple) else consumers
+        if occurrence is not None:
+            extra["occurrence"] = occurrence
+        return self._apply("cache_read", block=block, buffer=buffer, scope=scope, **extra)
 
     def double_buffer(self, block: str) -> None:
         self._apply("double_buffer", block=block)

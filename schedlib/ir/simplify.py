@@ -94,12 +94,17 @@ def substitute(e: Expr, mapping: Mapping[str, Expr]) -> Expr:
 
 
 def rename_buffer(e: Expr, old: str, new: str, index_fn: Callable[[tuple[Expr, ...]], tuple[Expr, ...]] | None
-                  = None) -> Expr:
-    """Point loads of buffer ``old`` at ``new`` (optionally rewriting their indices)."""
+                  = None, only: int | None = None) -> Expr:
+    """Point loads of buffer ``old`` at ``new`` (optionally rewriting their indices); ``only``: just the
+    load of that number among them, counted left to right (``X[i, k] * X[j, k]``: 0 is ``X[i, k]``)."""
+    seen = [0]
 
     def go(x: Expr) -> Expr:
         if isinstance(x, Load) and x.buffer == old:
+            number, seen[0] = seen[0], seen[0] + 1
             idx = tuple(go(i) for i in x.indices)
+            if only is not None and number != only:
+                return Load(x.buffer, idx, x.dtype, x.tensor)
             return Load(new, index_fn(idx) if index_fn else idx, x.dtype)
         return map_children(x, go)
 

@@ -150,6 +150,9 @@ class MatmulRule(Rule):
             why = split_reason(c)
             if why:
                 return why
+            if c["tensor_core"] and facts.a == facts.b:
+                return (f"{facts.a} is read as both operands: the tensor-core templates stage two distinct "
+                        "operand buffers; the SIMT template stages each read")
             if c["tensor_core"] and rows is not None and -(-rows // c["block_m"]) > GRID_YZ_LIMIT:
                 # the tensor-core kernels give each block row its own blockIdx.y (the SIMT kernel strides)
                 return f"{-(-rows // c['block_m'])} block rows exceed the grid's {GRID_YZ_LIMIT} along y"

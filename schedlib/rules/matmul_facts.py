@@ -56,8 +56,12 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
     acc_a, acc_b = operands
     if acc_a.buffer not in func.inputs or acc_b.buffer not in func.inputs:
         return "operands must be func inputs (inline the stages that compute them first)"
-    if not (acc_a.plain and acc_b.plain) or acc_a.buffer == acc_b.buffer:
-        return "operands must be two different buffers indexed by plain axes"
+    if not (acc_a.plain and acc_b.plain):
+        return "operands must be indexed by plain axes"
+    if acc_a.buffer == acc_b.buffer and (scaled or acc_a.axes == acc_b.axes):
+        # one buffer read twice (a Gram matrix X @ X.T): the matmul templates stage each read as its own
+        # operand tile; the GEMV template, and a product of one load with itself, have no such form
+        return "operands must be two different buffers (or two different reads of one)"
     sa, sb = set(acc_a.axes), set(acc_b.axes)
     if k not in sa or k not in sb:
         return f"reduce axis {k} must index both operands"

@@ -258,8 +258,11 @@ def stage_operands_and_epilogue(s: Schedule, facts: Any, C: str, write_at: str, 
     for block in facts.epilogue:
         s.reverse_compute_inline(block)
     copies = []
-    for operand in (facts.a, facts.b):
-        shared = s.cache_read(C, operand, "shared")
+    for n, operand in enumerate((facts.a, facts.b)):
+        # one buffer read as both operands (X @ X.T): A's read (the first load) gets the first tile, then the
+        # remaining read of the buffer is B's
+        one_buffer = facts.a == facts.b and n == 0
+        shared = s.cache_read(C, operand, "shared", occurrence=0 if one_buffer else None)
         s.compute_at(shared, k_outer)
         copies.append(shared)
     return wb, copies

@@ -135,6 +135,13 @@ def _decomposed() -> sl.Schedule:
     return schedule(sl.workloads.reduce(4, 8), lambda s: s.decompose_reduction("R", "R.r"))
 
 
+def _gram() -> sl.Schedule:
+    """``G = X @ X.T``: one buffer read at two indices."""
+    X = sl.placeholder((6, 5), "float32", "X")
+    k = sl.reduce_axis(5, "k")
+    return sl.Schedule(sl.func([X, sl.compute((6, 6), lambda i, j: sl.sum(X[i, k] * X[j, k], axis=k), "G")]))
+
+
 def _staged() -> sl.Schedule:
     return schedule(sl.workloads.matmul(8, 8, 8), lambda s: s.cache_read("C", "A", "shared"),
                     lambda s: s.compute_at("A_shared", "C.k"))
@@ -154,6 +161,11 @@ NEGATIVE = [
     Reject("cache-read-of-an-attached-copy", _staged, lambda s: s.cache_read("C", "A_shared", "local"), "cache_read",
            "buffer", "A_shared", "attached inside C's loops, so a copy of it would run first; make the copies "
            "before attaching"),
+    Reject("cache-read-occurrence-range", _gram, lambda s: s.cache_read("G", "X", "shared", occurrence=2),
+           "cache_read", "occurrence", 2, "block G has 2 load(s) of X: 0..1"),
+    Reject("cache-read-occurrence-with-consumers", lambda: sl.Schedule(sl.workloads.softmax(3, 7)),
+           lambda s: s.cache_read("T_max", "X", "shared", consumers=["T_exp"], occurrence=0), "cache_read",
+           "occurrence", 0, "cannot be combined with consumers"),
     Reject("cache-read-not-read", _red, lambda s: s.cache_read("R", "R", "shared"), "cache_read", "buffer", "R",
            "does not read it; it reads X"),
     Reject("cache-read-consumers-type", lambda: sl.Schedule(sl.workloads.softmax(3, 7)),
@@ -192,3 +204,16 @@ def test_the_order_the_attached_copy_error_advises_works() -> None:
     s.compute_at(local, "C.k")
     s.compute_at(shared, "C.j")
     assert_same_result(s.original, s)
+
+
+def test_one_load_of_a_buffer_read_twice_goes_through_the_copy() -> None:
+    s = _gram()
+    first = s.cache_read("G", "X", "shared", occurrence=1)
+    assert "G[i, j] += X[i, k] * X_shared[j, k]" in str(s)
+    second = s.cache_read("G", "X", "shared")  # the load left is the other one
+    assert "G[i, j] += X_shared_1[i, k] * X_shared[j, k]" in str(s)
+    s.compute_at(first, "G.j")
+    s.compute_at(second, "G.i")
+    assert_same_result(s.original, s)
+    assert str(sl.Schedule.from_trace(s.original, s.trace.to_json())) == str(s)
+    assert '"occurrence": 1' in s.trace.to_json() and s.trace.to_json().count("occurrence") == 1

@@ -8,7 +8,7 @@ from dataclasses import replace
 from schedlib.ir.expr import Load, Var
 from schedlib.ir.func import SCOPES, Axis, Block, Buffer, Func, Loop
 from schedlib.ir.primitives.common import check_dependencies, fail, get_block
-from schedlib.ir.simplify import rename_buffer
+from schedlib.ir.simplify import rename_buffer, walk
 
 
 def _copy_block(func: Func, name: str, src: Buffer, dst: str) -> Block:
@@ -38,12 +38,14 @@ def _insert(blocks: tuple[Block, ...], new: Block, anchor: str, after: bool) -> 
 
 
 def cache_read(func: Func, block: str, buffer: str | int, scope: str,
-               consumers: Sequence[str] | None = None) -> tuple[Func, str]:
+               consumers: Sequence[str] | None = None, occurrence: int | None = None) -> tuple[Func, str]:
     """Make ``block`` read ``buffer`` through a copy in ``scope``; returns the new copy block's name.
 
     ``buffer`` is a buffer name or an index into the block's reads.  ``consumers`` names further blocks
     that read ``buffer`` through the same copy (a softmax's max, sum and output stages sharing one staged
-    row); the copy is placed before the first of them.  Other readers are unchanged.
+    row); the copy is placed before the first of them.  Other readers are unchanged.  ``occurrence`` sends
+    only that one of the block's loads of ``buffer`` (counted left to right from 0) through the copy: in
+    ``C[i, j] += X[i, k] * X[j, k]`` each load of X gets a tile of its own (``occurrence=0`` is ``X[i, k]``).
 
     Before ``cache_read(f, "C", "A", "shared")``::
 
@@ -77,6 +79,12 @@ def cache_read(func: Func, block: str, buffer: str | int, scope: str,
     if not isinstance(buffer, str) or buffer not in reads:
         fail(prim, "buffer", buffer, f"block {block} does not read it; it reads {', '.join(reads) or 'nothing'}")
     readers = [block, *_consumers(func, prim, consumers, buffer)]
+    if occurrence is not None:
+        loads = sum(1 for e in walk(blk.value) if isinstance(e, Load) and e.buffer == buffer)
+        if isinstance(occurrence, bool) or not isinstance(occurrence, int) or not 0 <= occurrence < loads:
+            fail(prim, "occurrence", occurrence, f"block {block} has {loads} load(s) of {buffer}: 0..{loads - 1}")
+        if consumers:
+            fail(prim, "occurrence", occurrence, "picks one load of one block; it cannot be combined with consumers")
     producer = next((b for b in func.blocks if b.store == buffer), None)
     if producer is not None and producer.attach is not None:
         # the new copy goes before its first reader at the top level, where the attached producer has not run
@@ -90,7 +98,7 @@ def cache_read(func: Func, block: str, buffer: str | int, scope: str,
     out = func
     for reader in dict.fromkeys(readers):
         blk = out.block(reader)
-        out = out.with_block(replace(blk, value=rename_buffer(blk.value, buffer, name)))
+        out = out.with_block(replace(blk, value=rename_buffer(blk.value, buffer, name, only=occurrence)))
     first = next(b.name for b in func.blocks if b.name in readers)
     out = replace(out, blocks=_insert(out.blocks, copy, first, after=False), buffers=(*out.buffers, new_buf),
                   _index={})
