@@ -81,9 +81,9 @@ def _profile(target: str) -> Any:
 
 def _workloads(text: str) -> list[Any]:
     """A workload string, or every workload of a YAML/JSON suite file."""
-    from schedlib.suites import load_suite_file, parse_workload
+    from schedlib.suites import is_suite_file, load_suite_file, parse_workload
 
-    if text.lower().endswith((".yaml", ".yml", ".json")):
+    if is_suite_file(text):
         return load_suite_file(text)
     return [parse_workload(text)]
 

@@ -283,11 +283,19 @@ def _basic() -> list[WorkloadSpec]:
 SUITES = {"llm-decoder": _llm_decoder, "basic": _basic}
 
 
+SUITE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def is_suite_file(text: str) -> bool:
+    """Whether ``text`` names a suite file (by its suffix, in any case) rather than a workload or a suite."""
+    return Path(text).suffix.lower() in SUITE_FILE_SUFFIXES
+
+
 def suite(name_or_path: str) -> list[WorkloadSpec]:
     """A built-in suite by name, or a suite file."""
     if name_or_path in SUITES:
         return SUITES[name_or_path]()
-    if Path(name_or_path).suffix in (".yaml", ".yml", ".json"):
+    if is_suite_file(name_or_path):
         return load_suite_file(name_or_path)
     raise IRError(f"unknown suite {name_or_path!r}; built-in suites are {', '.join(SUITES)} (or a .yaml/.json file)")
 

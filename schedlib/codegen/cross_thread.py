@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from schedlib.codegen.cuda_expr import compute_type, ctype, literal, mangle
+from schedlib.codegen.cuda_expr import compute_type, ctype, literal, mangle, unroll_pragma
 from schedlib.errors import BuildError
 from schedlib.ir.expr import as_int
 from schedlib.ir.func import MAX_LANES, THREAD_INDEX_TAGS, Block, Loop
@@ -82,11 +82,9 @@ class CrossThreadReduction:
     def _for(self, lp: Loop, lane: bool = False) -> None:
         """A loop of the reduction; lane loops are always unrolled, so that ``sl_lanes`` stays in registers."""
         v = mangle(lp.name)
-        limit = dict(lp.annotations).get("unroll_limit")
-        if limit and not (lp.vectorized or lane):
-            self._emit(f"#pragma unroll {limit}")
-        elif lp.unrolled or lp.vectorized or lane:
-            self._emit("#pragma unroll")
+        pragma = unroll_pragma(lp, whole=lane)
+        if pragma:
+            self._emit(pragma)
         self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
 
     def _cross_thread_reduction(self, block: Block, start: int, ctx: Any) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import C_TYPES, is_float
 from schedlib.ir.expr import Binary, Call, Cast, Const, Expr, Load, Select, Var
+from schedlib.ir.func import Loop
 
 _IDENT = re.compile(r"[^0-9A-Za-z_]")
 
@@ -100,6 +101,17 @@ def stored(value: Expr, dtype: str) -> Expr:
 def compute_type(dtype: str) -> str:
     """The C type arithmetic of ``dtype`` is done in (half/bf16 compute in float)."""
     return "float" if is_float(dtype) else C_TYPES[dtype]
+
+
+def unroll_pragma(loop: Loop, whole: bool) -> str | None:
+    """The pragma before ``loop``: ``#pragma unroll N`` for an ``unroll_limit`` annotation, ``#pragma unroll``
+    where it unrolls whole (``whole``: the writer needs constant indices there, or the loop is marked unrolled
+    or vectorized), else none.  A limit never applies where the indices must be constants."""
+    forced = whole or loop.vectorized
+    limit = dict(loop.annotations).get("unroll_limit")
+    if limit and not forced:
+        return f"#pragma unroll {limit}"
+    return "#pragma unroll" if forced or loop.unrolled else None
 
 
 def literal(value: float | int | bool, dtype: str) -> str:

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from schedlib.codegen.cross_thread import CrossThreadReduction
-from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, float_min_max, mangle, stored
+from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, float_min_max, mangle, stored, unroll_pragma
 from schedlib.codegen.double_buffer import DoubleBuffer, is_double_buffered, slot_stride
 from schedlib.codegen.kernel_spec import KernelSpec
 from schedlib.codegen.layout import const_bytes, flatten, size_elements
@@ -203,11 +203,9 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
                 self._open(f"if ({v} < {self.printer(lp.extent)})")
                 return ctx, 2
             return ctx, 1
-        limit = dict(lp.annotations).get("unroll_limit")
-        if limit and not (lp.vectorized or self.staging):
-            self._emit(f"#pragma unroll {limit}")
-        elif lp.unrolled or lp.vectorized or self.staging:  # a staged copy indexes its registers by constants
-            self._emit("#pragma unroll")
+        pragma = unroll_pragma(lp, whole=self.staging)  # a staged copy indexes its registers by constants
+        if pragma:
+            self._emit(pragma)
         self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
         return ctx, 1
 

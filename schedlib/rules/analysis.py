@@ -150,3 +150,8 @@ def ceil_pow2(n: int) -> int:
     while p < n:
         p *= 2
     return p
+
+
+def tile_count(M: int, N: int, batch: int, tile: tuple[int, int]) -> int:
+    """Blocks of a ``tile[0] x tile[1]`` tiling of ``batch`` M x N outputs (partial tiles at the edges count)."""
+    return batch * -(-M // tile[0]) * -(-N // tile[1])

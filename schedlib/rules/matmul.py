@@ -27,7 +27,7 @@ from schedlib.ir.schedule import Schedule
 from schedlib.rules import matmul_split_k as sk
 from schedlib.rules import matmul_tc as tc
 from schedlib.rules import matmul_wgmma as wg
-from schedlib.rules.analysis import ceil_pow2, const_or
+from schedlib.rules.analysis import ceil_pow2, const_or, tile_count
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
 from schedlib.rules.matmul_facts import MatmulFacts, analyze_matmul
 
@@ -41,7 +41,7 @@ def shrink_to_fill(M: int, N: int, batch: int, sms: int, tile: tuple[int, int], 
     """``tile`` halved, its longer side first, until the grid gives every SM a block or both sides are at most
     ``floor``."""
     bm, bn = tile
-    while batch * -(-M // bm) * -(-N // bn) < sms and max(bm, bn) > floor:
+    while tile_count(M, N, batch, (bm, bn)) < sms and max(bm, bn) > floor:
         if bm >= bn:
             bm //= 2
         else:
@@ -60,10 +60,10 @@ def balanced_tile(M: int, N: int, batch: int, sms: int, tile: tuple[int, int]) -
     is kept.
     """
     def cost(bm: int, bn: int) -> float:
-        busiest = -(-batch * -(-M // bm) * -(-N // bn) // sms) * bm * bn
+        busiest = -(-tile_count(M, N, batch, (bm, bn)) // sms) * bm * bn
         return busiest * (1 + 0.05 * math.log2(tile[0] * tile[1] / (bm * bn)))
 
-    if tile[0] < 64 or tile[1] < 64 or batch * -(-M // tile[0]) * -(-N // tile[1]) < sms:
+    if tile[0] < 64 or tile[1] < 64 or tile_count(M, N, batch, tile) < sms:
         return tile
     candidates = [(bm, bn) for bm in (128, 64) for bn in (128, 64) if bm <= tile[0] and bn <= tile[1]]
     return min(candidates, key=lambda t: (cost(*t), -t[0] * t[1], -t[0]))
@@ -239,16 +239,14 @@ class MatmulRule(Rule):
         facts = self._facts(func)
         M = const_or(facts.extents[facts.m], 4096)
         N = const_or(facts.extents[facts.n], 4096)
-        batch = 1
-        for b in facts.batch:
-            batch *= const_or(facts.extents[b], 1)
-        bm, bn = min(128, max(16, ceil_pow2(M))), min(128, max(16, ceil_pow2(N)))
-        bm, bn = shrink_to_fill(M, N, batch, target.sm_count, (bm, bn), floor=32)
+        batch = math.prod(const_or(facts.extents[b], 1) for b in facts.batch)
+        start = min(128, max(16, ceil_pow2(M))), min(128, max(16, ceil_pow2(N)))  # the output, up to 128 x 128
+        bm, bn = shrink_to_fill(M, N, batch, target.sm_count, start, floor=32)
         # A long K over an output of fewer tiles than half the SMs: the split SIMT template (tensor-core
         # templates do not split K) fills the GPU where tensor cores would leave it mostly idle.  The carver
         # rates it so (fp16 128 x 96 x 8192 on h100: 10.8 us against 32.0 us for wgmma).
         split_wins = (template is None and space.knob("split_k").values[-1] > 1
-                      and batch * -(-M // bm) * -(-N // bn) < target.sm_count // 2)
+                      and tile_count(M, N, batch, (bm, bn)) < target.sm_count // 2)
         for value in wanted:
             if value is False or split_wins:
                 continue
@@ -277,12 +275,12 @@ class MatmulRule(Rule):
         k_known = const_or(facts.extents[facts.k], 1)
         split = 1
         if split_max > 1:
-            bm, bn = sk.default_tile(M, N, batch, k_known, target.sm_count, split_max)
-            split = sk.default_split(batch * -(-M // bm) * -(-N // bn), k_known, target.sm_count, split_max)
+            bm, bn = sk.default_tile(M, N, batch, k_known, target.sm_count, split_max, start)
+            split = sk.default_split(tile_count(M, N, batch, (bm, bn)), k_known, target.sm_count, split_max)
         else:
             bm, bn = shrink_to_fill(M, N, batch, target.sm_count, (bm, bn), floor=16)
         bm, bn = balanced_tile(M, N, batch, target.sm_count, (bm, bn))
-        few_blocks = batch * -(-M // bm) * -(-N // bn) * split < 2 * target.sm_count
+        few_blocks = tile_count(M, N, batch, (bm, bn)) * split < 2 * target.sm_count
         per = 8 if few_blocks else 16
         tm = 8 if bm >= 64 else max(1, bm // per)
         tn = 8 if bn >= 64 else max(1, bn // per)

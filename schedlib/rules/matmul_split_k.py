@@ -15,7 +15,7 @@ import dataclasses
 
 from schedlib.ir.expr import as_int
 from schedlib.ir.schedule import Schedule
-from schedlib.rules.analysis import ceil_pow2, const_or
+from schedlib.rules.analysis import ceil_pow2, const_or, tile_count
 from schedlib.rules.matmul_facts import MatmulFacts
 
 SPLITS = (1, 2, 4, 8, 16)  # the knob's values at most; 1 is one kernel, no partials
@@ -37,7 +37,6 @@ def splits(facts: MatmulFacts) -> tuple[int, ...]:
         return (1,)
     if any(as_int(facts.extents[b]) is None for b in facts.batch):
         return (1,)  # the slices share blockIdx.z with a batch of unknown size: split, it could pass 65535
-
     return tuple(s for s in SPLITS if s == 1 or k // s >= MIN_SPACE_SLICE)
 
 
@@ -88,14 +87,15 @@ def schedule_sum(s: Schedule, facts: MatmulFacts) -> None:
         s.reverse_compute_inline(block)
 
 
-def default_tile(M: int, N: int, batch: int, k_extent: int, sm_count: int, most: int) -> tuple[int, int]:
-    """The SIMT block tile where K is split: halved from 128 x 128 (or the output, if smaller) only while the
-    grid, with as many slices as :func:`default_split` allows, is still short of the SMs, and not below
+def default_tile(M: int, N: int, batch: int, k_extent: int, sm_count: int, most: int,
+                 start: tuple[int, int]) -> tuple[int, int]:
+    """The SIMT block tile where K is split: halved from ``start`` (the output, up to 128 x 128) only while
+    the grid, with as many slices as :func:`default_split` allows, is still short of the SMs, and not below
     32 x 32.  A bigger tile reuses each operand element for more outputs; the slices fill the SMs instead
     of ever smaller tiles."""
-    bm, bn = min(128, max(16, ceil_pow2(M))), min(128, max(16, ceil_pow2(N)))
+    bm, bn = start
     while max(bm, bn) > 32:
-        tiles = batch * -(-M // bm) * -(-N // bn)
+        tiles = tile_count(M, N, batch, (bm, bn))
         if tiles * default_split(tiles, k_extent, sm_count, most) >= sm_count:
             break
         if bm >= bn:
