@@ -248,9 +248,8 @@ def test_bad_options_are_one_line_before_any_work(tmp_path: Path, args: list[str
 
 
 def test_a_misspelt_workload_runs_nothing(tmp_path: Path) -> None:
-    start = time.time()
     proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path), "--only", "row_sum"],
                           capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 2 and proc.stdout == "" and time.time() - start < 60  # no self-check ran
+    assert proc.returncode == 2 and proc.stdout == ""  # no self-check ran (it prints its table)
     assert proc.stderr.startswith("gpu_suite.py: error: --only: unknown workload(s) row_sum;")
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "parts").exists()
