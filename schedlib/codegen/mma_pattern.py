@@ -11,7 +11,10 @@ inputs staged in shared memory at one k loop (``ko``), and its bindings must be 
 
 with ``lane`` bound to threadIdx.x (extent 32): then the elements a lane reduces are precisely those of the
 mma.m16n8k16 accumulator fragments of its warp (groupID = lane // 4, threadID_in_group = lane % 4), and
-replacing the serial loops under ``ko`` by ldmatrix + mma computes the same sums.  Guards may only be the
+replacing the serial loops under ``ko`` by ldmatrix + mma computes the same sums.  A split-K partial block
+(``rfactor`` of the k loop cut into slices, see :mod:`schedlib.rules.matmul_split_k`) reads its operands at
+``k + KS * s`` instead, with the slice ``s`` a spatial axis bound to blockIdx.z like a batch axis and ``KS``
+the slice's k extent, a whole number of k steps: each block reduces its own slice.  Guards may only be the
 bounds of m, n and k (the lowering zero-fills out-of-range tiles and guards the stores).  The write-back of
 the accumulators, with any fused epilogue, is one spatial block attached after a loop outside ``ko``.
 
@@ -75,6 +78,7 @@ class MmaPlan:
     raster: int
     wb_axes: dict[str, str]  # write-back axis -> main axis
     instruction: str = MMA_SHAPE  # one of INSTRUCTIONS
+    k_slice: str | None = None  # split-K: the spatial axis whose slice of K (the k extent long) this block reduces
 
     def extent(self, axis: str) -> Expr:
         return self.main.axis(axis).extent
@@ -140,7 +144,9 @@ def plan(func: Func, main: Block) -> MmaPlan:
             fail(main, f"batch axis {a.name} is not bound to blockIdx.z alone")
     _check_guards(main)
     origin = {axis_of[r]: roles[blk] for r, (blk, _) in OUTER.items()}
-    operands = [_operand(func, main, x, c, origin, ext, tile) for x, c in zip(ops, copies)]  # type: ignore[arg-type]
+    k_slice = _k_slice(main, ops, k, batch, tile)  # type: ignore[arg-type]
+    operands = [_operand(func, main, x, c, origin, ext, tile, k_slice)  # type: ignore[arg-type]
+                for x, c in zip(ops, copies)]
     a, b = sorted(operands, key=lambda o: n in o.roles)
     outer_dims = set(a.roles[:-2]) | set(b.roles[:-2])
     if set(a.roles[-2:]) != {m, k} or set(b.roles[-2:]) != {n, k} or outer_dims - set(batch):
@@ -157,7 +163,7 @@ def plan(func: Func, main: Block) -> MmaPlan:
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 16:
             fail(main, f"annotation {key}={v!r} is not an integer in 1..16")
     return MmaPlan(main, wb, a.source.dtype, m, n, k, batch, a, b, tile, warp, roles, stages, raster, wb_axes,
-                   instruction)
+                   instruction, k_slice)
 
 
 def _copy_of(func: Func, main: Block, ld: Load) -> Block:
@@ -264,13 +270,40 @@ def _check_guards(main: Block) -> None:
             fail(main, f"its guard {p} is not the bound of one of its axes")
 
 
+def _k_slice(main: Block, ops: list[Load], k: str, batch: tuple[str, ...], tile: dict[str, int]) -> str | None:
+    """The split-K slice axis: a batch axis read, in both operands, only beside k as ``k + KS * slice`` with
+    ``KS`` the k extent, in whole k steps (a partial last step would read into the next slice).  None when
+    the operands read k alone."""
+    found = set()
+    for ld in ops:
+        for idx in ld.indices:
+            used = free_vars(idx)
+            found |= {a for a in batch if a in used and k in used}
+    if not found:
+        return None
+    if len(found) > 1:
+        fail(main, f"its operands read k beside the axes {sorted(found)}; one split-K slice axis at most")
+    axis = found.pop()
+    extent = as_int(main.axis(k).extent)
+    if extent is None or extent % tile[k]:
+        fail(main, f"its k slices ({main.axis(k).extent} long, split-K over axis {axis}) are not whole k steps of "
+                   f"{tile[k]}")
+    for ld in ops:
+        for idx in ld.indices:
+            terms, _ = to_affine(simplify(idx))
+            if axis in free_vars(idx) and (k not in free_vars(idx) or terms.get(Var(axis)) != extent):
+                fail(main, f"it reads {ld.buffer} at {idx}: split-K slice axis {axis} must step k by the slice's "
+                           f"{extent}")
+    return axis
+
+
 def _operand(func: Func, main: Block, ld: Load, copy: Block, origin: dict[str, str], ext: dict[str, int | None],
-             tile: dict[str, int]) -> Operand:
+             tile: dict[str, int], k_slice: str | None = None) -> Operand:
     shared, source = func.buffer(ld.buffer), func.buffer(copy.value.buffer)  # type: ignore[attr-defined]
     axes = {a.name for a in main.axes}
     dims: list[str] = []
     for idx in ld.indices:
-        hit = sorted(free_vars(idx) & axes)
+        hit = sorted(free_vars(idx) & axes - {k_slice})
         if len(hit) != 1:
             fail(main, f"it reads {ld.buffer} at {idx}, not at one axis per dimension")
         dims.append(hit[0])
@@ -280,7 +313,7 @@ def _operand(func: Func, main: Block, ld: Load, copy: Block, origin: dict[str, s
         # the lowering lays the tile out itself (swizzled for ldmatrix, or the wgmma canonical layouts)
         fail(main, f"{ld.buffer} has a storage_permute/storage_align layout; the tensor-core lowering lays out "
                    "its shared tiles itself")
-    _check_origins(main, ld, copy, dims, origin, ext, tile)
+    _check_origins(main, ld, copy, dims, origin, ext, tile, k_slice)
     for d, (axis, size) in enumerate(zip(dims, shared.shape)):
         # compute_at clips the region to the operand, so a tile may be smaller than the block tile; the
         # lowering always stages whole block tiles, zero-filled past the operand's edge.
@@ -294,10 +327,10 @@ def _operand(func: Func, main: Block, ld: Load, copy: Block, origin: dict[str, s
 
 
 def _check_origins(main: Block, ld: Load, copy: Block, dims: list[str], origin: dict[str, str],
-                   ext: dict[str, int | None], tile: dict[str, int]) -> None:
+                   ext: dict[str, int | None], tile: dict[str, int], k_slice: str | None = None) -> None:
     """The tile staged per k step starts where the lowering copies from (block row/column times the block
-    tile, the k loop times block_k, the block's own batch element), and the main block reads it shifted by
-    exactly that: ``origin`` maps m, n and k to their block loop."""
+    tile, the k loop times block_k plus the block's slice of K, the block's own batch element), and the main
+    block reads it shifted by exactly that: ``origin`` maps m, n and k to their block loop."""
     binding = {a.name: b for a, b in zip(main.axes, main.bindings)}
 
     def affine(e: Expr) -> tuple[dict, int]:
@@ -307,14 +340,28 @@ def _check_origins(main: Block, ld: Load, copy: Block, dims: list[str], origin: 
 
     for d, (axis, read, base) in enumerate(zip(dims, ld.indices, copy.bindings)):
         base_terms = affine(base - Var(copy.loops[d].name))
+        start = Var(axis)
         if axis in origin:
             loop = origin[axis]
             want: tuple[dict, int] = ({Var(loop): tile[axis]}, 0) if ext[loop] != 1 else ({}, 0)
+            if k_slice and axis == origin_k(origin, main):  # the block's slice: KS * (the slice's binding)
+                stride = as_int(main.axis(axis).extent) or 0
+                start = start + Var(k_slice) * Const(stride)
+                sliced = affine(binding[k_slice] * Const(stride))
+                terms = dict(want[0])
+                for v, c in sliced[0].items():
+                    terms[v] = terms.get(v, 0) + c
+                want = ({v: c for v, c in terms.items() if c}, want[1] + sliced[1])
         else:  # a batch dimension: the block's own element
             want = affine(binding[axis])
         negated = ({v: -k for v, k in want[0].items()}, -want[1])
-        if base_terms != want or affine(read - Var(axis)) != negated:
+        if base_terms != want or affine(read - start) != negated:
             fail(main, f"{ld.buffer} dimension {d} is not the block's tile of axis {axis} (it starts at {base})")
+
+
+def origin_k(origin: dict[str, str], main: Block) -> str:
+    """The k axis among ``origin``'s (the one reduction axis)."""
+    return next(a for a in origin if main.axis(a).kind == "R")
 
 
 def _writeback(func: Func, main: Block, ko: str) -> tuple[Block, dict[str, str]]:

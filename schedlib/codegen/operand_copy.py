@@ -130,6 +130,8 @@ class OperandCopy:
 
     def _partial(self, axis: str, limit: Expr) -> bool:
         """Whether some tile of the operand dimension indexed by ``axis`` (``limit`` long) reaches past it."""
+        if axis == self.plan.k and self.plan.k_slice is not None:
+            return False  # split-K: the plan proved every slice is whole k steps inside K
         return self.ragged(axis) or as_int(limit) != as_int(self.plan.extent(axis))
 
     def open_chunks(self, chunks: int, per_row: int, threads: int) -> None:

@@ -88,12 +88,24 @@ class TensorCoreWriter(OperandCopy, FragmentEpilogue):
     def _origin(self, axis: str) -> str:
         """:meth:`_origin_expr` as C."""
         var, tile = self._origin_parts(axis)
-        return f"{mangle(var)} * {tile}"
+        slice_start = self._slice_start(axis)
+        return f"{mangle(var)} * {tile}" + (f" + {self._e(slice_start)}" if slice_start is not None else "")
 
     def _origin_expr(self, axis: str) -> Expr:
-        """First index along ``axis`` of this block's tile (of k step ``sl_kt`` for k)."""
+        """First index along ``axis`` of this block's tile (of k step ``sl_kt`` for k, within the block's slice
+        of K under split-K)."""
         var, tile = self._origin_parts(axis)
-        return Var(var) * Const(tile)
+        slice_start = self._slice_start(axis)
+        return Var(var) * Const(tile) + (slice_start if slice_start is not None else Const(0))
+
+    def _slice_start(self, axis: str) -> Expr | None:
+        """Split-K: where this block's slice of K starts (its slice axis' binding times the slice's length);
+        None for m, n and an unsplit k."""
+        p = self.plan
+        if axis != p.k or p.k_slice is None:
+            return None
+        binding = dict(zip((a.name for a in p.main.axes), p.main.bindings))[p.k_slice]
+        return binding * p.extent(p.k)
 
     def _batch(self) -> dict[str, Expr]:
         p = self.plan

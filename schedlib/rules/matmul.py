@@ -137,8 +137,8 @@ class MatmulRule(Rule):
             split = c["split_k"]
             if split == 1:
                 return None
-            if c["tensor_core"]:
-                return f"split_k={split} splits the SIMT template's k loop; tensor-core configs keep it at 1"
+            if c["tensor_core"] and (why := sk.tensor_core_reason(c, facts)):
+                return why
             if split * batch > GRID_YZ_LIMIT:
                 return f"split_k={split} x {batch} batches exceed the grid's {GRID_YZ_LIMIT} along z"
             if split * outputs >= sk.PARTIALS_LIMIT:
@@ -175,7 +175,7 @@ class MatmulRule(Rule):
                  "accumulator columns per thread (tensor cores: warp tile of 4x columns)"),
             Knob("vector", (1, 2, 4), "elements per thread per copy into shared memory (SIMT)"),
             Knob("split_k", sk.splits(facts), "slices of K computed by separate blocks and added by a second "
-                 "kernel (SIMT; offered where K is long against the output; 1: one kernel)"),
+                 "kernel (offered where K is long against the output; 1: one kernel)"),
             Knob("stages", tc.STAGES if tc_knobs else SIMT_STAGES, "shared tiles in flight: the cp.async pipeline "
                  "depth on tensor cores; SIMT 2 double-buffers, loading the next tile while computing on this one"),
             Knob("tensor_core", _enabled((False, True, *((wg.INSTRUCTION, wg.TMA_TEMPLATE, wg.PRODUCER_TEMPLATE)
@@ -217,9 +217,9 @@ class MatmulRule(Rule):
         return self.template_default(func, target, None)
 
     def seed_configs(self, func: Func, target: Any) -> list[Config]:
-        """The default and, where the space offers split-K (SIMT only) beside tensor cores, the other side's
-        default too: the carver's growth from a tensor-core point does not reach the split configs, nor from
-        a split SIMT point the tensor-core ones."""
+        """The default and, where the space offers split-K beside tensor cores, the other side's default too:
+        the carver's growth from a tensor-core point does not reach the SIMT configs (the split that wins where
+        K does not cut into whole tensor-core k steps), nor from a split SIMT point the tensor-core ones."""
         space = self.space(func, target)
         seeds = [self.default_config(func, target)]
         templates = [v for v in (*wg.TEMPLATES, True) if v in space.knob("tensor_core").values]
@@ -242,17 +242,29 @@ class MatmulRule(Rule):
         batch = math.prod(const_or(facts.extents[b], 1) for b in facts.batch)
         start = min(128, max(16, ceil_pow2(M))), min(128, max(16, ceil_pow2(N)))  # the output, up to 128 x 128
         bm, bn = shrink_to_fill(M, N, batch, target.sm_count, start, floor=32)
-        # A long K over an output of fewer tiles than half the SMs: the split SIMT template (tensor-core
-        # templates do not split K) fills the GPU where tensor cores would leave it mostly idle.  The carver
-        # rates it so (fp16 128 x 96 x 8192 on h100: 10.8 us against 32.0 us for wgmma).
-        split_wins = (template is None and space.knob("split_k").values[-1] > 1
+        # A long K over an output of fewer tiles than half the SMs: slices of K fill the GPU where one block
+        # per tile would leave it mostly idle.  A tensor-core template that cannot split this K (slices must
+        # be whole k steps) gives way to the split SIMT template; the carver rates that so (fp16 128 x 96 x
+        # 8192 on h100: 10.8 us against 32.0 us for an unsplit wgmma).
+        split_max = space.knob("split_k").values[-1]
+        split_wins = (template is None and split_max > 1
                       and tile_count(M, N, batch, (bm, bn)) < target.sm_count // 2)
+        k_known = const_or(facts.extents[facts.k], 1)
+        # where K splits, tiles stay large (operand reuse) and the slices fill the SMs (as on SIMT, below)
+        tc_tile = sk.default_tile(M, N, batch, k_known, target.sm_count, split_max, start) if split_max > 1 \
+            else (bm, bn)
         for value in wanted:
-            if value is False or split_wins:
+            if value is False:
                 continue
-            # the tensor-core templates' own sizing
-            config = wg.default(facts, target, (bm, bn), value) if wg.is_wgmma(value) else tc.default(
-                facts, target, (bm, bn))
+            # the tensor-core templates' own sizing, and the slices that fill the SMs with its tiles
+            config = wg.default(facts, target, tc_tile, value) if wg.is_wgmma(value) else tc.default(
+                facts, target, tc_tile)
+            if split_max > 1:
+                config, short = sk.tensor_core_default(config, facts, target.sm_count,
+                                                       tile_count(M, N, batch, (config["block_m"], config["block_n"])),
+                                                       split_max)
+                if split_wins and short:
+                    continue  # this K splits too little on tensor cores (say K = 8000: whole k steps of 64)
             for candidate in (config, {**config, "raster": 1}):
                 if space.is_legal(candidate):
                     return candidate
@@ -271,8 +283,6 @@ class MatmulRule(Rule):
         # depth) and would pay the deeper prefetch in registers (64x64x32 at 8x8 per thread: 217 on sm_90).
         # Where the space offers split-K (a long K over a small output), tiles keep at least 64x64 (their
         # operand reuse) and the slices of K fill the SMs instead: see :mod:`matmul_split_k`.
-        split_max = space.knob("split_k").values[-1]
-        k_known = const_or(facts.extents[facts.k], 1)
         split = 1
         if split_max > 1:
             bm, bn = sk.default_tile(M, N, batch, k_known, target.sm_count, split_max, start)

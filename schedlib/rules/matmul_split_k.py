@@ -1,12 +1,14 @@
-"""Split-K for the SIMT matmul: a long reduction over few output tiles spread across more blocks.
+"""Split-K for the matmul: a long reduction over few output tiles spread across more blocks.
 
 A 64 x 64 output with K = 65536 is a handful of block tiles; one block per tile leaves most SMs idle while
 each walks all of K.  With ``split_k = S`` the k loop is cut into S slices before tiling, and ``rfactor``
 turns the slice index into a spatial axis of a partial-result block: the first kernel computes
-``partials[s, b.., m, n]`` (in the accumulation dtype) with the usual SIMT tiles, its grid's z covering the
-slices (and the batch); a second, element-wise kernel adds a point's S partials in registers and applies the
-fused epilogue on its single store.  The partials cost ``2 x S x outputs`` accumulator bytes of traffic,
-which is why the rule only splits when the grid is short of the SMs and each slice keeps a long k loop.
+``partials[s, b.., m, n]`` (in the accumulation dtype) with the usual SIMT or tensor-core tiles, its grid's z
+covering the slices (and the batch); a second, element-wise kernel adds a point's S partials in registers and
+applies the fused epilogue on its single store.  The partials cost ``2 x S x outputs`` accumulator bytes of
+traffic, which is why the rule only splits when the grid is short of the SMs and each slice keeps a long k
+loop.  The tensor-core lowering stages whole k tiles with no guard along k, so there every slice must be
+whole k steps (``K % (S * block_k) == 0``): a partial step would read into the next slice.
 """
 
 from __future__ import annotations
@@ -56,6 +58,34 @@ def factor(s: Schedule, facts: MatmulFacts, loops: dict[str, str], split: int) -
     slices, within = s.split(loops[facts.k], [split, None])
     partial = s.rfactor(slices, 0)
     return partial, {**loops, facts.k: within}, slices
+
+
+def tensor_core_reason(c: dict, facts: MatmulFacts) -> str | None:
+    """Why a tensor-core config cannot take its ``split_k`` (None when it can): its slices must be whole
+    k steps of a known K."""
+    split, bk = c["split_k"], c["block_k"]
+    k = as_int(facts.extents[facts.k])
+    if split > 1 and (k is None or k % (split * bk)):
+        return (f"split_k={split} on tensor cores needs K a multiple of split_k x block_k = {split * bk} (slices of "
+                f"whole k steps; the tensor-core copies have no guard along k), K is {facts.extents[facts.k]}")
+    return None
+
+
+def tensor_core_default(config: dict, facts: MatmulFacts, sm_count: int, tiles: int, most: int
+                        ) -> tuple[dict, bool]:
+    """A tensor-core default with the slices :func:`default_split` gives its ``tiles`` block tiles, halved
+    until they are whole k steps, and no more pipeline stages than a slice has k steps; and whether that
+    halving left it fewer slices than :func:`default_split` wanted."""
+    k = as_int(facts.extents[facts.k])
+    if k is None or most == 1:
+        return config, False
+    wanted = split = default_split(tiles, k, sm_count, most)
+    while split > 1 and k % (split * config["block_k"]):
+        split //= 2
+    if split == 1:
+        return config, wanted > 1
+    stages = max(1, min(config["stages"], k // split // config["block_k"]))
+    return {**config, "split_k": split, "stages": stages}, split < wanted
 
 
 def without_epilogue(facts: MatmulFacts) -> MatmulFacts:

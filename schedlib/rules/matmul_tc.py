@@ -27,6 +27,7 @@ from schedlib.hw import HardwareProfile
 from schedlib.ir.expr import as_int
 from schedlib.ir.func import GRID_YZ_LIMIT, Func
 from schedlib.ir.schedule import Schedule
+from schedlib.rules import matmul_split_k as sk
 from schedlib.rules.analysis import ceil_pow2, const_or
 from schedlib.rules.base import Config, Tiling
 
@@ -127,6 +128,8 @@ def fit_reason(c: Config, facts: Any, target: HardwareProfile, threads: int, reg
     if threads // target.warp_size * target.registers_per_warp(regs) > target.registers_per_sm:
         return f"{threads} threads x about {regs} registers do not fit one SM's {target.registers_per_sm}"
     k, bk = as_int(facts.extents[facts.k]), c["block_k"]
+    if k is not None:
+        k = -(-k // c["split_k"])  # a block's slice of K
     if k is not None and c["stages"] > 1 and c["stages"] > -(-k // bk):
         return f"stages={c['stages']} exceeds the {-(-k // bk)} k-step(s): the extra buffers would hold nothing"
     return raster_reason(c, facts)
@@ -194,34 +197,41 @@ def _wave_patch(group: int, wave: int, rows: int, cols: int) -> int:
 def tiling(facts: Any, config: Config) -> Tiling:
     bm, bn, tm, tn = config["block_m"], config["block_n"], config["thread_m"], config["thread_n"]
     wm, wn = warp_tile(config)
-    tile = {facts.m: bm, facts.n: bn, facts.k: const_or(facts.extents[facts.k], 4096)}
+    tile = {facts.m: bm, facts.n: bn, facts.k: -(-const_or(facts.extents[facts.k], 4096) // config["split_k"])}
     tile.update(dict.fromkeys(facts.batch, 1))
     return Tiling(facts.main, tile, {facts.m: tm, facts.n: tn}, {facts.k: config["block_k"]},
                   (bm // tm) * (bn // tn), shared_bytes(config, facts.in_bytes), registers(config),
-                  COPY_ELEMENTS, config["stages"], 1, True, {facts.m: wm, facts.n: wn}, config["raster"],
-                  (facts.a, facts.b))
+                  COPY_ELEMENTS, config["stages"], config["split_k"], True, {facts.m: wm, facts.n: wn},
+                  config["raster"], (facts.a, facts.b))
 
 
 def schedule(func: Func, facts: Any, config: Config) -> Schedule:
-    """Warp-tiled loop nest whose lane loop is the mma accumulator layout (see the module docstring)."""
+    """Warp-tiled loop nest whose lane loop is the mma accumulator layout (see the module docstring).  With
+    ``split_k`` > 1 the nest is the partial block's (its slices beside the batch on blockIdx.z) and a second
+    kernel adds the slices and applies the epilogue (:mod:`schedlib.rules.matmul_split_k`)."""
     bm, bn, bk = config["block_m"], config["block_n"], config["block_k"]
     wm, wn = warp_tile(config)
     s = Schedule(func)
     C = facts.main
     loops = dict(zip([a.name for a in func.block(C).axes], s.get_loops(C)))
+    slices = None
+    if config["split_k"] > 1:
+        C, loops, slices = sk.factor(s, facts, loops, config["split_k"])
     # row = by*bm + wy*wm + mt*16 + h*8 + g ; col = bx*bn + wx*wn + nt*8 + t*2 + e ; k = ko*bk + kk*16 + ki
     by, wy, mt, h, g = s.split(loops[facts.m], [None, bm // wm, wm // MMA_M, 2, MMA_M // 2])
     bx, wx, nt, t, e = s.split(loops[facts.n], [None, bn // wn, wn // MMA_N, 4, 2])
     ko, kk, ki = s.split(loops[facts.k], [None, bk // MMA_K, MMA_K])
     bz = batch_loop(s, facts, loops)
-    s.reorder(*([bz] if bz else []), by, bx, wy, wx, g, t, ko, kk, mt, nt, h, e, ki)
+    s.reorder(*([slices] if slices else []), *([bz] if bz else []), by, bx, wy, wx, g, t, ko, kk, mt, nt, h, e, ki)
+    if slices:
+        bz = s.fuse(slices, bz) if bz else slices
     lane = s.fuse(g, t)  # lane = groupID * 4 + threadID_in_group
     bind_grid(s, bz, by, bx)
     s.bind(wy, "threadIdx.z")
     s.bind(wx, "threadIdx.y")
     s.bind(lane, "threadIdx.x")
     # The write-back (and the fused epilogue) per warp tile; codegen gives each element to its owning lane.
-    stage_operands_and_epilogue(s, facts, C, wx, ko)
+    stage_operands_and_epilogue(s, sk.without_epilogue(facts) if slices else facts, C, wx, ko)
     # "wgmma" configs lower the same nest to Hopper warpgroup MMA (see matmul_wgmma), "wgmma_tma" fed by the TMA,
     # "wgmma_ws" fed by the TMA from a producer warp
     hopper = config["tensor_core"] in ("wgmma", "wgmma_tma", "wgmma_ws")
@@ -232,6 +242,8 @@ def schedule(func: Func, facts: Any, config: Config) -> Schedule:
         s.annotate(C, "producer", "warp")
     s.annotate(ko, "pipeline_stages", config["stages"])
     s.annotate(by, "raster", config["raster"])
+    if slices:
+        sk.schedule_sum(s, facts)
     return s
 
 

@@ -102,10 +102,17 @@ def check_resources_together(kernels: Sequence[sl.Kernel], *, spills_allowed: bo
             for spec in kernel.launch:
                 where = f"{arch} kernel {spec.name} (block {spec.block})"
                 _check_limits(spec, resources[spec.name], profile, where, spills_allowed)
-                if "sl_setmaxnreg_inc<" in kernel.source:  # the split must fit in what the block was given
+                if "sl_setmaxnreg_inc<" in kernel_text(kernel.source, spec.name):  # the split must fit the block's
                     cap = register_cap(thread_count(spec.block))
                     assert resources[spec.name].registers == cap, \
                         f"{where}: ptxas gave {resources[spec.name].registers} registers, not the cap {cap}"
+
+
+def kernel_text(source: str, name: str) -> str:
+    """The text of kernel ``name`` in ``source``: from its ``__global__`` head to the next kernel's."""
+    start = source.index(f") {name}(")
+    end = source.find("__global__", start)
+    return source[start:] if end < 0 else source[start:end]
 
 
 def _check_limits(spec: Any, res: KernelResources, profile: Any, where: str, spills_allowed: bool | int) -> None:

@@ -37,12 +37,17 @@ def test_the_space_offers_split_k_only_for_a_long_k(shape: tuple, values: tuple)
     assert MATMUL.space(wl.matmul(*shape), H100).knob("split_k").values == values
 
 
-def test_split_k_is_a_simt_knob_and_fits_the_grid() -> None:
+def test_split_k_fits_the_grid_and_tensor_core_slices_are_whole_k_steps() -> None:
     space = MATMUL.space(wl.matmul(64, 64, 8192, "float16"), H100)
     tc = {"block_m": 64, "block_n": 64, "block_k": 32, "thread_m": 4, "thread_n": 8, "vector": 1,
           "split_k": 1, "stages": 3, "tensor_core": True, "raster": 1}
     assert space.is_legal(tc)
-    assert "SIMT" in space.reason({**tc, "split_k": 2})
+    assert space.is_legal({**tc, "split_k": 16})  # slices of 512: 16 k steps of 32
+    # K = 8000 = 125 x 64: two slices of 4000 are whole 32-wide k steps, sixteen of 500 are not
+    ragged = MATMUL.space(wl.matmul(64, 64, 8000, "float16"), H100)
+    assert ragged.is_legal({**tc, "split_k": 2})
+    assert "multiple of split_k x block_k = 512" in ragged.reason({**tc, "split_k": 16})
+    assert ragged.is_legal(simt(16))  # the SIMT copies guard k: any slice length
     # the slices share blockIdx.z with the batch
     big_batch = MATMUL.space(wl.matmul(16, 16, 65536, batch=5000), H100)
     assert "exceed the grid's 65535 along z" in big_batch.reason(simt(16, bn=16))
@@ -120,13 +125,20 @@ def test_partials_past_32_bit_offsets_are_illegal() -> None:
     assert MATMUL.space(f, H100).is_legal({**big, "split_k": 8})  # 8 x 144M partials fit
 
 
-@pytest.mark.parametrize("target", ["h100", "a100"])
-def test_fp16_with_few_output_tiles_splits_on_simt_and_the_carver_finds_it(target: str) -> None:
+@pytest.mark.parametrize(("target", "template"), [("h100", "wgmma_tma"), ("a100", True)])
+def test_fp16_with_few_output_tiles_splits_on_tensor_cores_and_the_carver_finds_it(target: str,
+                                                                                   template: Any) -> None:
     f = wl.matmul(128, 96, 8192, "float16")
     config = MATMUL.default_config(f, target)
-    assert config["tensor_core"] is False and config["split_k"] == 16
-    # the space is too large to enumerate: the growth is seeded from the SIMT default as well
+    assert config["tensor_core"] == template and config["split_k"] == 16
+    unsplit = MATMUL.template_default(wl.matmul(128, 96, 256, "float16"), target, template)
+    assert unsplit["split_k"] == 1  # K = 256 is not long against 128: no slices offered
+    assert sl.carver.estimate(f, target, config)["est_time_us"] < sl.carver.estimate(
+        f, target, {**config, "split_k": 1})["est_time_us"] / 3
     top = sl.carver.carve(f, target, topk=1)
     assert top.attrs["method"] == "grow" and top.iloc[0]["split_k"] > 1
+    # K = 8000 splits into whole k steps only twice on tensor cores: the split SIMT template takes it
+    ragged = MATMUL.default_config(wl.matmul(128, 96, 8000, "float16"), target)
+    assert ragged["tensor_core"] is False and ragged["split_k"] == 8
     # a large output keeps the tensor cores (and one kernel)
     assert MATMUL.default_config(wl.matmul(512, 512, 8192, "float16"), target)["tensor_core"] is not False
