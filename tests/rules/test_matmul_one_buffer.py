@@ -65,3 +65,10 @@ def test_gram_kernels_match_the_reference(make: Callable[[], Func], config: dict
     assert sch.rule == "matmul" and sch.config["tensor_core"] is False
     sizes = ({"N": 37}, {"N": 5}) if f.symbols else ({},)
     check_schedule(f, sch, rng, sizes=sizes, spills_allowed=spills)
+
+
+def test_the_carver_reads_the_one_buffer_from_dram_once() -> None:
+    """X is read as both operands but lies in DRAM once: its bytes count once in the compulsory traffic."""
+    f = gram(1024, 1024)
+    row = sl.carver.estimate(f, H100, MATMUL.default_config(f, H100))
+    assert row["compulsory_bytes"] == 1024 * 1024 * 4 * 2  # X read once, G written once
