@@ -77,8 +77,9 @@ SUITE = [
     WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float32"}, "matmul_fp32_4096"),
     WorkloadSpec("matmul", {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"}, "matmul_fp16_4096"),
     WorkloadSpec("matmul", {"M": 2048, "N": 6144, "K": 4096, "dtype": "float16"}, "prefill_qkv_2048"),
-    # a long K over a small output (split-K against cuBLAS's own split); last: it has no ratio target
+    # a long K over a small output (split-K against cuBLAS's own split, SIMT and tensor cores); last: no target
     WorkloadSpec("matmul", {"M": 256, "N": 256, "K": 65536, "dtype": "float32"}, "matmul_fp32_long_k"),
+    WorkloadSpec("matmul", {"M": 256, "N": 256, "K": 65536, "dtype": "float16"}, "matmul_fp16_long_k"),
 ]
 # One device call is cut at 600 s; start-up (about 1 s) and writing the tables need what the budget leaves.
 BUDGET_CAP = 590.0
