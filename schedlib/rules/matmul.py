@@ -86,6 +86,10 @@ class MatmulRule(Rule):
     small_dim = 8  # an m or n extent at most this is a GEMV's job
 
     def analyze(self, func: Func, target: HardwareProfile) -> MatmulFacts | str:
+        return self._analysis(func)
+
+    def _analysis(self, func: Func) -> MatmulFacts | str:
+        """The matmul facts, or why not: no matmul, or an m or n side a GEMV's (the target plays no part)."""
         facts = analyze_matmul(func)
         if isinstance(facts, str):
             return facts
@@ -206,7 +210,7 @@ class MatmulRule(Rule):
         return c["thread_m"] * c["thread_n"] + c["thread_m"] + c["thread_n"] + prefetch + REGISTER_OVERHEAD
 
     def _facts(self, func: Func) -> MatmulFacts:
-        return self._require(analyze_matmul(func))
+        return self._require(self._analysis(func))
 
     def default_config(self, func: Func, target: Any) -> Config:
         """Largest block tile that still gives every SM a block, shrunk for small problems; on tensor cores

@@ -135,6 +135,19 @@ def test_every_rule_method_refuses_a_func_the_rule_does_not_take(name: str, meth
         getattr(rule, method)(*args)
 
 
+@pytest.mark.parametrize("method", ["space", "default_config", "tiling"])
+def test_the_matmul_methods_refuse_what_its_analysis_refuses(method: str) -> None:
+    """Regression: a matmul with a side of 8 (a GEMV's) got a space and a default from the matmul rule, whose
+    apply then refused every config of it."""
+    f = wl.matmul(24, 8, 6144, "bfloat16")
+    rule = rules.get_rule("matmul")
+    why = rule.analyze(f, sl.hw.load("a100"))
+    assert isinstance(why, str) and "GEMV rule" in why
+    args = (f, "a100", {}) if method == "tiling" else (f, "a100")
+    with pytest.raises(ValueError, match=r"^matmul rule does not apply: axis j has extent 8 <= 8"):
+        getattr(rule, method)(*args)
+
+
 def test_elementwise_methods_still_work_on_their_own_funcs() -> None:
     f = wl.elementwise((64, 64), ("add", "relu"))
     rule = rules.get_rule("elementwise")
