@@ -50,9 +50,11 @@ def _size(workload: str, name: str, value: Any) -> ExprLike:
 
 
 def _accum(dtype: str, accum_dtype: str | None) -> str:
+    """The accumulator of a sum over ``dtype``: float32 for the float types, int64 for int64 (narrower would
+    drop its high bits), int32 for the narrower integers and bool."""
     if accum_dtype is not None:
         return check_dtype(accum_dtype, "accum_dtype")
-    return "float32" if is_float(dtype) else "int32"
+    return "float32" if is_float(dtype) else "int64" if dtype == "int64" else "int32"
 
 
 def _epilogue(x: Expr, epilogue: str | None, added: Expr | None, acc: str, out: str) -> Expr:

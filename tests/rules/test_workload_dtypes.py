@@ -133,3 +133,19 @@ def test_int8_scale_truncates_like_a_cast_back(chain: tuple[str, ...], rng: np.r
     got = run(f, "elementwise", x)
     assert got.dtype == np.int8
     np.testing.assert_array_equal(got, y.astype(np.int8))
+
+
+# ---- int64 sums keep their high bits --------------------------------------------------------------------------
+
+def test_int64_sums_accumulate_in_int64() -> None:
+    """Regression: every integer sum accumulated in int32, so int64 elements of 2**40 summed to 0."""
+    big = np.full((2, 4), 2**40, np.int64)
+    out = run(wl.reduce(2, 4, "sum", dtype="int64"), "reduction", big)
+    assert out.dtype == np.int64 and (out == big.sum(axis=1)).all()
+    a = np.full((16, 16), 2**20, np.int64) * np.arange(1, 17, dtype=np.int64)[:, None]
+    out = run(wl.matmul(16, 16, 16, "int64"), "matmul", a, a)
+    assert out.dtype == np.int64 and (out == a @ a).all()
+    x, w = np.arange(1, 33, dtype=np.int64)[None, :], np.full((64, 32), 2**33, np.int64)
+    out = run(wl.gemv(64, 32, "int64"), "gemv", x, w)
+    assert out.dtype == np.int64 and (out == x @ w.T).all()
+    assert wl.reduce(2, 4, "sum", dtype="int8").buffer("R").dtype == "int32"  # narrower types: int32 as before
