@@ -48,7 +48,7 @@ class Trace:
 
     def to_json(self, indent: int | None = None) -> str:
         data: dict[str, Any] = {"version": TRACE_VERSION, "steps": self.steps}
-        if self.rule is not None:
+        if self.rule is not None or self.config is not None:
             data.update(rule=self.rule, config=self.config)
         return json.dumps(data, indent=indent, sort_keys=True)
 
@@ -71,12 +71,12 @@ class Trace:
                                 f"this schedlib reads trace version {TRACE_VERSION}")
         trace = cls(data["steps"])
         rule, config = data.get("rule"), data.get("config")
-        if rule is not None or config is not None:
-            if not isinstance(rule, str) or not isinstance(config, dict) or not all(
-                    isinstance(v, (str, int, float, bool)) for v in config.values()):
-                raise ScheduleError("from_trace", "rule", rule, "must be a rule name with a config object of "
-                                    "knob values (as a rule's schedule saves them), or absent")
-            trace.rule, trace.config = rule, dict(config)
+        if rule is not None and not isinstance(rule, str):
+            raise ScheduleError("from_trace", "rule", rule, "must be a rule name (str), or absent")
+        if config is not None and not is_knob_values(config):
+            raise ScheduleError("from_trace", "config", config, "must be an object of knob values (str, int, "
+                                "float or bool, as a rule's schedule saves them), or absent")
+        trace.rule, trace.config = rule, None if config is None else dict(config)
         return trace
 
     def _steps_json(self) -> str:
@@ -108,6 +108,12 @@ class Trace:
         return "\n".join(lines)
 
 
+def is_knob_values(config: Any) -> bool:
+    """A config a trace can keep: a dict of names to str, int, float or bool values."""
+    return isinstance(config, dict) and all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
+                                            for k, v in config.items())
+
+
 class Schedule:
     """Records primitives applied to a Func.  ``rule``/``config`` are set by whoever chose the schedule."""
 
@@ -126,6 +132,8 @@ class Schedule:
 
     @rule.setter
     def rule(self, name: str | None) -> None:
+        if name is not None and not isinstance(name, str):
+            raise ScheduleError("Schedule.rule", "rule", name, "must be a rule name (str) or None")
         self.trace.rule = name
 
     @property
@@ -135,6 +143,10 @@ class Schedule:
 
     @config.setter
     def config(self, values: dict[str, Any] | None) -> None:
+        # checked as from_trace reads it, so that every trace written can be read back
+        if values is not None and not is_knob_values(values):
+            raise ScheduleError("Schedule.config", "config", values, "must be a dict of knob values (str, int, "
+                                "float or bool) or None")
         self.trace.config = values
 
     # recording --------------------------------------------------------------------------------
@@ -185,7 +197,7 @@ class Schedule:
     # lookups ----------------------------------------------------------------------------------
     def get_block(self, name: str) -> str:
         """Return ``name`` if the func has such a block (ScheduleError otherwise)."""
-        return _lookup_block(self.func, "get_block", name).name
+        return _lookup_block(self.func, "get_block", name, "name").name
 
     def get_loops(self, block: str) -> list[str]:
         """Names of the loops ``block`` owns, outermost first."""

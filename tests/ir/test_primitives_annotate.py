@@ -205,6 +205,15 @@ NEGATIVE = [
     Reject("bind-tag-of-enclosing-loop", _ew_inside_thread_loop, lambda s: s.bind("X_local.ax0", "threadIdx.x"),
            "bind", "thread", "threadIdx.x", "runs inside E0.i0, which is bound to threadIdx.x, and its axes depend"),
     Reject("bind-no-loop", _mm, lambda s: s.bind("C.z", "blockIdx.x"), "bind", "loop", "C.z", "no such loop"),
+    # Regression: unroll and unroll_limit refused a bound loop, but bind took an unrolled one (and dropped it)
+    Reject("bind-unrolled", lambda: schedule(sl.workloads.matmul(8, 6, 4), lambda s: s.unroll("C.i")),
+           lambda s: s.bind("C.i", "threadIdx.x"), "bind", "loop", "C.i", "is unrolled"),
+    Reject("bind-unroll-limit", lambda: schedule(sl.workloads.matmul(8, 6, 4),
+                                                 lambda s: s.annotate("C.i", "unroll_limit", 2)),
+           lambda s: s.bind("C.i", "threadIdx.x"), "bind", "loop", "C.i", "has an unroll_limit"),
+    Reject("vectorize-unroll-limit", lambda: schedule(sl.workloads.elementwise((4, 8), ("scale",)),
+                                                      lambda s: s.annotate("E0.i1", "unroll_limit", 2)),
+           lambda s: s.vectorize("E0.i1"), "vectorize", "loop", "E0.i1", "has an unroll_limit"),
     Reject("vectorize-not-innermost", _mm, lambda s: s.vectorize("C.j"), "vectorize", "loop", "C.j",
            "not the innermost"),
     Reject("vectorize-too-long", lambda: sl.Schedule(vector_func(40)), lambda s: s.vectorize("C.i"), "vectorize",
@@ -297,3 +306,18 @@ def test_the_generator_values_annotate_checks_are_the_code_generators() -> None:
     from schedlib.ir.primitives.annotate import GENERATOR_NAMES
 
     assert GENERATOR_NAMES == {"tensor_core": INSTRUCTIONS, "loader": (LOADER,), "producer": (PRODUCER,)}
+
+
+def test_an_array_for_a_name_is_a_schedule_error() -> None:
+    """Regression: a numpy array as ``thread`` or ``scope`` raised numpy's ambiguous-truth ValueError."""
+    import numpy as np
+
+    tags = np.array(["threadIdx.x", "threadIdx.y"])
+    for call, argument in ((lambda s: s.bind("C.i", tags), "thread"),
+                           (lambda s: s.cache_read("C", "A", tags), "scope"),
+                           (lambda s: s.cache_write("C", tags), "scope")):
+        s = _mm()
+        before = str(s)
+        with pytest.raises(sl.ScheduleError) as err:
+            call(s)
+        assert err.value.argument == argument and str(s) == before

@@ -80,10 +80,15 @@ def _mm() -> sl.Schedule:
 
 
 NEGATIVE = [
-    Reject("get-block-type", _mm, lambda s: s.get_block(["C"]), "get_block", "block", ["C"],
+    Reject("get-block-type", _mm, lambda s: s.get_block(["C"]), "get_block", "name", ["C"],
            "must be a block name (str)"),
-    Reject("get-block-missing", _mm, lambda s: s.get_block("D"), "get_block", "block", "D",
+    Reject("get-block-missing", _mm, lambda s: s.get_block("D"), "get_block", "name", "D",
            "no such block; blocks are: C"),
+    # Regression: any value was taken, and the trace written with it could not be read back
+    Reject("schedule-rule-not-a-name", _mm, lambda s: setattr(s, "rule", 3), "Schedule.rule", "rule", 3,
+           "must be a rule name (str) or None"),
+    Reject("schedule-config-not-knob-values", _mm, lambda s: setattr(s, "config", {"tile": [8]}), "Schedule.config",
+           "config", {"tile": [8]}, "must be a dict of knob values"),
     Reject("get-loops-missing", _mm, lambda s: s.get_loops("C.i_0"), "get_loops", "block", "C.i_0",
            "no such block"),
     Reject("positive-int-upper", _mm, lambda s: check_positive_int("storage_align", "factor", 64, upper=32),
@@ -179,3 +184,9 @@ def test_numpy_integers_and_loop_lists_are_taken_as_users_write_them() -> None:
     assert json.loads(numpy_style.trace.to_json()) == json.loads(plain.trace.to_json())
     with pytest.raises(sl.ScheduleError, match=r"factor (np\.float64\()?16\.0\)? must be a positive integer or None"):
         numpy_style.split("C.j", [None, np.float64(16)])
+
+
+def test_get_block_names_its_own_argument() -> None:
+    s = sl.Schedule(sl.workloads.matmul(8, 6, 4))
+    with pytest.raises(sl.ScheduleError, match=r"get_block: argument name='nope': no such block"):
+        s.get_block(name="nope")

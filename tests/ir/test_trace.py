@@ -171,8 +171,11 @@ BAD_TRACES = [
     # Regression: True == 1 and 1.0 == 1, so both passed the version check.
     BadTrace("version-true", lambda: _text(_steps(), version=True), "version", True, "reads trace version 1"),
     BadTrace("version-float", lambda: _text(_steps(), version=1.0), "version", 1.0, "reads trace version 1"),
-    BadTrace("rule-without-config", lambda: json.dumps({"version": 1, "steps": [], "rule": "matmul"}), "rule",
-             "matmul", "must be a rule name with a config object"),
+    BadTrace("rule-not-a-name", lambda: json.dumps({"version": 1, "steps": [], "rule": ["matmul"]}), "rule",
+             ["matmul"], "must be a rule name (str), or absent"),
+    BadTrace("config-not-knob-values", lambda: json.dumps({"version": 1, "steps": [], "rule": "matmul",
+                                                           "config": {"block_m": [64]}}), "config",
+             {"block_m": [64]}, "must be an object of knob values"),
 ]
 
 
@@ -219,9 +222,25 @@ def test_a_rule_schedule_keeps_its_rule_and_config_through_its_trace() -> None:
     assert "rule" not in sl.Schedule(f).trace.to_json()
 
 
-@pytest.mark.parametrize("meta", [{"rule": 3, "config": {}}, {"rule": "matmul"}, {"config": {"a": 1}},
+@pytest.mark.parametrize("meta", [{"rule": 3, "config": {}}, {"rule": ["matmul"]}, {"config": [1]},
                                   {"rule": "matmul", "config": {"block_m": [64]}}])
 def test_malformed_rule_metadata_is_refused(meta: dict) -> None:
     f = sl.workloads.matmul(64, 64, 64)
     with pytest.raises(sl.ScheduleError, match="rule"):
         sl.Schedule.from_trace(f, json.dumps({"version": 1, "steps": [], **meta}))
+
+
+def test_every_rule_and_config_a_schedule_takes_round_trip() -> None:
+    """Regression: ``rule``/``config`` took any value, and the trace written with it was refused on reading."""
+    f = sl.workloads.matmul(64, 64, 64)
+    for rule, config in (("handmade", None), (None, {"tile": 8}), ("mine", {"tile": 8, "fast": True})):
+        s = sl.Schedule(f)
+        s.split("C.i", [None, 8])
+        s.rule, s.config = rule, config
+        back = sl.Schedule.from_trace(f, s.trace.to_json())
+        assert (back.rule, back.config) == (rule, config) and back.trace == s.trace
+    s = sl.Schedule(f)
+    for attr, value in (("rule", 3), ("config", {"tile": [8, 8]}), ("config", {"split_k": None}), ("config", [1])):
+        with pytest.raises(sl.ScheduleError, match=f"argument {attr}="):
+            setattr(s, attr, value)
+    assert s.rule is None and s.config is None

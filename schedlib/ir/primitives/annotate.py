@@ -65,12 +65,17 @@ def bind(func: Func, loop: str, thread: str) -> tuple[Func, None]:
     prim = "bind"
     owner, idx = get_loop(func, prim, loop)
     lp = owner.loops[idx]
-    if thread not in THREAD_TAGS:
+    if not isinstance(thread, str) or thread not in THREAD_TAGS:
         fail(prim, "thread", thread, f"must be one of {', '.join(THREAD_TAGS)}")
     if lp.thread is not None:
         fail(prim, "loop", loop, f"is already bound to {lp.thread}")
     if lp.vectorized:
         fail(prim, "loop", loop, "is vectorized")
+    # As unroll and unroll_limit refuse a bound loop: a bound loop is no loop to unroll.
+    if lp.unrolled:
+        fail(prim, "loop", loop, "is unrolled; a loop bound to the grid has no iterations to unroll")
+    if "unroll_limit" in dict(lp.annotations):
+        fail(prim, "loop", loop, "has an unroll_limit; a loop bound to the grid has no iterations to unroll")
     kind = owner.loop_kind(loop)
     driven = {a.kind for a, b in zip(owner.axes, owner.bindings) if loop in free_vars(b)}
     if thread.startswith("threadIdx") and driven == {"S", "R"}:
@@ -147,6 +152,8 @@ def vectorize(func: Func, loop: str) -> tuple[Func, None]:
     if lp.unrolled:
         # As unroll refuses a vectorized loop: a loop is realised one way or the other, not both.
         fail(prim, "loop", loop, "is unrolled")
+    if "unroll_limit" in dict(lp.annotations):
+        fail(prim, "loop", loop, "has an unroll_limit; a vectorized loop is unrolled whole")
     if func.attached_at(owner.name, loop):
         fail(prim, "loop", loop, "has blocks attached to it")
     return _replace_loop(func, loop, vectorized=True), None

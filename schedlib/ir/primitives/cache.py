@@ -22,7 +22,7 @@ def _copy_block(func: Func, name: str, src: Buffer, dst: str) -> Block:
 
 
 def _check_scope(prim: str, scope: str) -> None:
-    if scope not in SCOPES:
+    if not isinstance(scope, str) or scope not in SCOPES:
         fail(prim, "scope", scope, f"must be one of {', '.join(SCOPES)}")
 
 
