@@ -20,6 +20,7 @@ import itertools
 import math
 from typing import Any
 
+from schedlib.errors import ScheduleError
 from schedlib.hw import HardwareProfile
 from schedlib.ir.expr import as_int
 from schedlib.ir.func import GRID_YZ_LIMIT, Func
@@ -308,7 +309,12 @@ class MatmulRule(Rule):
                       "vector": vector, "split_k": split, "stages": stages, "tensor_core": False, "raster": 1}
             if space.is_legal(config):
                 return config
-        return next(space.enumerate())
+        first = next(space.enumerate(), None)
+        if first is None:  # a profile whose limits no tile meets (a handful of registers per thread...)
+            raise ScheduleError("matmul.default_config", "target", target.key,
+                                f"no config of this matmul's space is legal on it; the SIMT default is refused "
+                                f"because {space.reason(config)}")
+        return first
 
     def tiling(self, func: Func, target: Any, config: Config) -> Tiling:
         facts = self._facts(func)

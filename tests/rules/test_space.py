@@ -194,3 +194,15 @@ def test_a_two_stage_reduction_fits_both_kernels_to_small_thread_blocks() -> Non
     with pytest.raises(sl.BuildError, match=r"has 128 threads per block; target h100 allows 64"):
         sl.build(rule.apply(func, "h100", {"rows_per_block": 1, "threads_k": 128, "vector": 4,
                                            "blocks_per_row": 1}), small)
+
+
+def test_a_matmul_with_no_legal_config_on_a_card_says_why() -> None:
+    """Regression: a profile whose register limits no tile meets made the matmul default a bare StopIteration."""
+    import dataclasses
+
+    tiny = dataclasses.replace(schedlib.hw.load("h100"), registers_per_sm=8192, max_registers_per_thread=32)
+    func = wl.matmul(512, 512, 512)
+    assert next(rules.get_rule("matmul").space(func, tiny).enumerate(), None) is None
+    with pytest.raises(sl.ScheduleError, match=r"matmul.default_config: argument target='h100': no config of this "
+                                               r"matmul's space is legal on it; .* registers per thread exceed 32"):
+        rules.get_rule("matmul").default_config(func, tiny)
