@@ -344,7 +344,7 @@ class MatmulRule(Rule):
         split = config["split_k"]
         slices = None
         if split > 1:  # tile the partial block; the sum kernel gets the epilogue (schedule_sum, below)
-            C, loops, slices = sk.factor(s, facts, loops, split)
+            C, loops, slices = sk.factor(s, facts, loops, split, bk)
         by, ty, im = s.split(loops[facts.m], [None, ty_n, tm])
         bx, tx, jn = s.split(loops[facts.n], [None, tx_n, tn])
         ko, ki = s.split(loops[facts.k], [None, bk])

@@ -42,20 +42,31 @@ def splits(facts: MatmulFacts) -> tuple[int, ...]:
     return tuple(s for s in SPLITS if s == 1 or k // s >= MIN_SPACE_SLICE)
 
 
-def factor(s: Schedule, facts: MatmulFacts, loops: dict[str, str], split: int) -> tuple[str, dict[str, str], str]:
-    """Cut the k loop into ``split`` slices and factor them out of the main block.
+def factor(s: Schedule, facts: MatmulFacts, loops: dict[str, str], split: int, block_k: int
+           ) -> tuple[str, dict[str, str], str]:
+    """Cut the k loop into ``split`` slices of whole ``block_k`` steps and factor them out of the main block.
 
     Returns the partial block's name, its loops by axis name (the k entry now the loop within a slice) and
-    the slice loop.  Before (k of extent K)::
+    the slice loop.  A slice is ``ceil(K / split)`` rounded up to whole k steps, so only the last slice can
+    end inside a step: with slices of 513 of K = 4099 every block's last step read past its slice, guarded
+    twice per element, and ptxas spilled under the predicate pressure.  (The rounding can leave fewer slices
+    than ``split``; slices are at least :data:`MIN_SPACE_SLICE` long, so at most one or two fewer.)
+
+    Before (k of extent K)::
 
         for C.i, C.j, C.k:  C[i, j] += A[i, k] * B[k, j]
 
-    After::
+    After (KS the slice)::
 
-        for C.i, C.j, C.k_0 in range(split), C.k_1:  C_rf[v_k_0, i, j] += A[i, k] * B[k, j]
+        for C.i, C.j, C.k_0 in range(ceil(K / KS)), C.k_1 in range(KS):  C_rf[v_k_0, i, j] += A[i, k] * B[k, j]
         for C.i_1, C.j_1, C.v_k_0:  C[i, j] += C_rf[v_k_0, i, j]
     """
-    slices, within = s.split(loops[facts.k], [split, None])
+    k = as_int(facts.extents[facts.k])
+    factors: list[int | None] = [split, None]
+    if k is not None:
+        per_slice = -(-k // split)
+        factors = [None, -(-per_slice // block_k) * block_k]
+    slices, within = s.split(loops[facts.k], factors)
     partial = s.rfactor(slices, 0)
     return partial, {**loops, facts.k: within}, slices
 

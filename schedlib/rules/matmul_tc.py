@@ -216,7 +216,7 @@ def schedule(func: Func, facts: Any, config: Config) -> Schedule:
     loops = dict(zip([a.name for a in func.block(C).axes], s.get_loops(C)))
     slices = None
     if config["split_k"] > 1:
-        C, loops, slices = sk.factor(s, facts, loops, config["split_k"])
+        C, loops, slices = sk.factor(s, facts, loops, config["split_k"], bk)
     # row = by*bm + wy*wm + mt*16 + h*8 + g ; col = bx*bn + wx*wn + nt*8 + t*2 + e ; k = ko*bk + kk*16 + ki
     by, wy, mt, h, g = s.split(loops[facts.m], [None, bm // wm, wm // MMA_M, 2, MMA_M // 2])
     bx, wx, nt, t, e = s.split(loops[facts.n], [None, bn // wn, wn // MMA_N, 4, 2])

@@ -16,6 +16,8 @@ import schedlib.hw
 import schedlib.rules as rules
 from schedlib import workloads as wl
 from schedlib.errors import BuildError
+from schedlib.ir.expr import as_int
+from schedlib.rules import matmul_split_k as sk
 
 from .helpers import MatmulCase as Case
 from .helpers import check_schedule
@@ -71,11 +73,31 @@ def test_the_partial_grid_is_slices_times_tiles_and_the_carver_prices_the_partia
     assert sixteen["est_time_us"] < one["est_time_us"] / 3
 
 
-def test_slices_that_are_not_whole_k_steps_are_refused_by_the_rule_and_the_lowering() -> None:
+def test_slices_that_are_not_whole_k_steps_are_refused_by_the_rule_and_the_lowering(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     f = wl.matmul(64, 64, 2000, "float16")  # slices of 500: not whole 32-wide k steps
     config = mma(4, bn=64)
     assert "multiple of split_k x block_k = 128" in MATMUL.space(f, H100).reason(config)
-    # scheduled anyway (the schedule itself is sound: the reference runs it), the lowering says why it stops
+    # scheduled anyway, the rule rounds the slices up to whole steps (512, the last one ragged): the lowering
+    # refuses the ragged slice's guarded product
+    with pytest.raises(BuildError, match="its value is not a product"):
+        sl.build(MATMUL.schedule(f, MATMUL.analyze(f, H100), config, H100), "h100")
+    # slices cut without that rounding (500 long): the lowering says they are not whole k steps
+    factor = sk.factor
+    monkeypatch.setattr(sk, "factor", lambda s, facts, loops, split, block_k: factor(s, facts, loops, split, 1))
     sch = MATMUL.schedule(f, MATMUL.analyze(f, H100), config, H100)
     with pytest.raises(BuildError, match=r"k slices \(500 long, split-K over axis v_k_0\) are not whole k steps"):
         sl.build(sch, "h100")
+
+
+def test_slices_are_rounded_up_to_whole_k_steps() -> None:
+    """K = 4099 in 8 slices of 32-wide steps: slices of 544 (not 513), so only the last one ends inside a step;
+    each block's last step read past its slice before, guarded twice per element."""
+    f = wl.matmul(24, 33, 4099)
+    config = {"block_m": 32, "block_n": 32, "block_k": 32, "thread_m": 4, "thread_n": 4, "vector": 4,
+              "split_k": 8, "stages": 2, "tensor_core": False, "raster": 1}
+    sch = MATMUL.apply(f, H100, config)
+    partial = sch.func.block("C_rf")
+    assert [as_int(lp.extent) for lp in partial.loops if lp.thread == "blockIdx.z"] == [8]
+    assert as_int(partial.axis("v_k_1").extent) == 544
+    assert "< 544" not in sl.build(sch, "h100").source  # no guard inside a slice
