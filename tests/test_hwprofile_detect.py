@@ -92,8 +92,10 @@ def test_detect_unknown_gpu_warns_and_derives():
     assert p.bandwidth_gbs.shared == pytest.approx(82 * 128 * 1.695)
     assert p.l2_bytes_per_s > p.dram_bytes_per_s
     assert "bandwidth_gbs.dram" in p.derived and "peak_tflops.fp32_simt" in p.derived
-    with pytest.raises(ProfileError, match="fp16_tensor"):
-        p.peak_flops("float16", tensor_core=True)
+    # an unprofiled Ampere GA10x part gets the architecture's tensor rate (the a10g profile's), not nothing
+    assert p.peak_flops("float16", tensor_core=True) == pytest.approx(82 * 511 * 1695e6)
+    with pytest.raises(ProfileError, match="fp16_simt"):
+        p.peak_flops("float16", tensor_core=False)
 
 
 def test_detect_needs_name_and_capability_to_match():

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,11 @@ from schedlib.errors import ProfileError
 from schedlib.hw.profile import SUFFIXES, HardwareProfile, validate
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+# The shipped profiles are under 4 KiB; a cap far above that still refuses /dev/zero or a stray dump
+# before it is read into memory.
+MAX_PROFILE_BYTES = 1 << 20
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a named pipe", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -89,10 +95,42 @@ def _decode(path: Path, data: bytes) -> str:
         ) from None
 
 
-def parse_file(path: Path) -> Any:
-    """Read a profile file into plain data (safe YAML loading / ``json.loads``; never executes code)."""
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of a regular file of at most :data:`MAX_PROFILE_BYTES`.
+
+    An explicit path may name anything: a named pipe would block ``open`` or ``read`` forever and
+    ``/dev/zero`` would fill memory.  So the file is opened without blocking (a FIFO opens at once
+    with no writer), checked through its descriptor (so a file swapped in after a path check cannot
+    slip past), and read only one byte beyond the cap.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
     try:
-        text = _decode(path, path.read_bytes())
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a plain file")
+            raise ProfileError(f"{path}: is not a regular file ({kind}), so it cannot be a hardware profile")
+        chunks, size = [], 0
+        while size <= MAX_PROFILE_BYTES:  # a regular file may still grow while it is read
+            chunk = os.read(fd, MAX_PROFILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > MAX_PROFILE_BYTES:
+        raise ProfileError(f"{path}: is larger than {MAX_PROFILE_BYTES} bytes, not a hardware profile")
+    return b"".join(chunks)
+
+
+def parse_file(path: Path) -> Any:
+    """Read a profile file into plain data (safe YAML loading / ``json.loads``; never executes code).
+
+    Raises :class:`ProfileError` for anything but a regular file of at most :data:`MAX_PROFILE_BYTES`.
+    """
+    try:
+        text = _decode(path, _read_bytes(path))
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read hardware profile: {exc.strerror or exc}") from exc
     lines = text.splitlines()
