@@ -21,6 +21,7 @@ from schedlib.search.database import (
     NoRecordError,
     Record,
     find_studies,
+    func_mismatch,
     ranked_records,
     resolve_storage,
     signature,
@@ -74,20 +75,26 @@ def apply_best(func: Func, target: Any = "h100", storage: Any = None, *, rule: R
             f"in {storage or 'the default storage'}; a record for another shape, target or schedlib version is "
             f"never reused. Recorded for rule {chosen.name}: {listing or 'nothing'}. Run sl.search.tune(...) "
             f"for this shape and target.")
+    mismatches: dict[str, str] = {}  # study name -> why it records another func
     for key in matches:
         with storage_errors(label):
             study = optuna.load_study(study_name=key.study_name, storage=store)
-        if study.user_attrs.get("func_text") not in (None, str(func)):
-            continue  # a hash collision: never reuse another func's record
+            mismatch = func_mismatch(study, func, label)
+        if mismatch is not None:  # a hash collision: never reuse another func's record, and say so as tune does
+            mismatches[key.study_name] = mismatch
+            continue
         ranked = ranked_records(study, space)  # records outside the current space are skipped, with a warning
         built = build_best(chosen, func, profile, ranked, f"apply_best ({key.backend} records in {label})")
         if built is not None:
             if built[1] is None:
                 raise NoRecordError(f"apply_best: rule {chosen.name} no longer applies to {func.name}")
             return built[1]
+    usable = [k.backend for k in matches if k.study_name not in mismatches]
+    if not usable:  # every study found is another func's: that, not "nothing buildable", is the reason
+        raise NoRecordError(f"apply_best: {next(iter(mismatches.values()))}")
     raise NoRecordError(f"apply_best: {signature(func)} on {profile.key} has records in {label} "
-                        f"({', '.join(k.backend for k in matches)}) but none succeeded that rule "
-                        f"{chosen.name} can build")
+                        f"({', '.join(usable)}) but none succeeded that rule {chosen.name} can build"
+                        + "".join(f"; {m}" for m in mismatches.values()))
 
 
 def _version() -> str:

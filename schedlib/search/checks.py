@@ -2,8 +2,8 @@
 
 Why records are checked: a tuning database is a file anyone can edit, copy half-written or corrupt.  A
 record is only used when it could have been written by ``tune`` itself - its config is a point of the rule's
-current space and an ok time is a finite positive number - so one damaged row costs that row, never the
-whole study, and a NaN or negative time can never become "the best".
+current space and is the config its config_key names, and an ok time is a finite positive number - so one
+damaged row costs that row, never the whole study, and a NaN or negative time can never become "the best".
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from schedlib.hw import HardwareProfile
 from schedlib.ir.func import Func
 from schedlib.rules import find_rule, get_rule
 from schedlib.rules.base import Rule, Space
-from schedlib.search.records import COUNTED, OK, RECORDS
+from schedlib.search.records import COUNTED, OK, RECORDS, config_key
 
 log = logging.getLogger("schedlib.search")
 
@@ -57,6 +57,14 @@ def record_problem(attrs: Any, space: Space | None) -> str | None:
         return f"config={config!r} is not an object" if "config" in attrs else "it has no config"
     if not isinstance(attrs.get("config_key"), str):
         return f"config_key={attrs.get('config_key')!r} is not a string"
+    # the key is the record's identity (what is deduplicated, re-benchmarked, never measured again): a config
+    # edited apart from it would carry another config's time, or hide the config it names
+    try:
+        key = config_key(config)
+    except (TypeError, ValueError) as exc:
+        return f"config {config!r} cannot be keyed ({exc})"
+    if key != attrs["config_key"]:
+        return f"config {key} does not match its config_key {attrs['config_key']}"
     if status == OK:
         why = time_problem(attrs.get("time_us"))
         if why is not None:

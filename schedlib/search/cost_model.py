@@ -251,7 +251,14 @@ class CostModel:
                                  f"model's {space.rule} space{also}")
 
     def rank_correlation(self, configs: Sequence[Config], times_us: Sequence[float]) -> dict[str, float]:
-        """Spearman's rho and Kendall's tau between predictions and measured times (finite, positive ones)."""
+        """Spearman's rho and Kendall's tau between predictions and measured times (finite, positive ones),
+        and ``n``, the number of records compared.  Both are always numbers in [-1, 1], never NaN.
+
+        Raises ValueError when a correlation is undefined rather than returning NaN: fewer than 3 records,
+        every record with the same time (the data cannot tell a good model from a bad one), or the model
+        predicting the same cost for every record (it cannot rank them at all; typically it was trained on
+        records whose times were all the same, or the records all fall on one of its predictions).
+        """
         from scipy.stats import kendalltau, spearmanr
 
         t = np.asarray(times_us, dtype=float)
@@ -267,12 +274,18 @@ class CostModel:
             if why is not None:
                 raise ValueError(f"a record is not a point of this model's {space.rule} space: {why}")
         pred = self.predict(configs)
+        if np.all(pred == pred[0]):  # scipy would answer NaN, which reads as a broken computation
+            raise ValueError(f"the cost model predicts the same cost for all {len(configs)} records, so it cannot "
+                             f"rank them and a rank correlation is undefined (it was trained on {self.n_train} "
+                             f"records; train it on more, with different times)")
         return {"spearman": float(spearmanr(pred, t[keep]).statistic),
                 "kendall": float(kendalltau(pred, t[keep]).statistic), "n": len(configs)}
 
     def evaluate(self, records: pd.DataFrame) -> dict[str, float]:
         """Rank correlation on held-out records (a frame with ``config`` and ``time_us`` columns, such as
-        ``TuneResult.records`` of another run or a replay recording)."""
+        ``TuneResult.records`` of another run or a replay recording): ``{"spearman", "kendall", "n"}``, only
+        the ``ok`` rows when there is a ``status`` column.  Where a correlation is undefined (constant times or
+        constant predictions) it raises ValueError saying which: see :meth:`rank_correlation`."""
         missing = [c for c in ("config", "time_us") if not isinstance(records, pd.DataFrame) or c not in records]
         if missing:
             raise ValueError(f"evaluate needs a DataFrame with 'config' and 'time_us' columns (missing {missing})")

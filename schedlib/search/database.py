@@ -162,17 +162,25 @@ def open_study(storage: BaseStorage, key: TuningKey, func: Func, sampler: optuna
     with storage_errors(label):
         study = optuna.create_study(storage=storage, study_name=key.study_name, sampler=sampler,
                                     direction="minimize", load_if_exists=True)
-        text = str(func)
-        stored = study.user_attrs.get("func_text")
-        if stored is None:
-            study.set_user_attr("func_text", text)
+        if study.user_attrs.get("func_text") is None:
+            study.set_user_attr("func_text", str(func))
             study.set_user_attr("signature", signature(func))
             study.set_user_attr("key", key.__dict__)
-    if stored is not None and stored != text:
-        shown = stored.splitlines()[0] if isinstance(stored, str) and stored else stored
-        raise SchedlibError(f"study {key.study_name} in {label} records a different func with the same hash; "
-                            f"refusing to mix records (stored: {shown!r})")
+        mismatch = func_mismatch(study, func, label)
+    if mismatch is not None:
+        raise SchedlibError(mismatch)
     return study
+
+
+def func_mismatch(study: optuna.Study, func: Func, label: str) -> str | None:
+    """Why the study in ``label`` must not be used for ``func`` (None: it may): it records another func
+    whose workload hash is the same (a collision, or a hand-edited ``func_text``)."""
+    stored = study.user_attrs.get("func_text")
+    if stored is None or stored == str(func):
+        return None
+    shown = stored.splitlines()[0] if isinstance(stored, str) and stored else stored
+    return (f"study {study.study_name} in {label} records a different func with the same hash; refusing to mix "
+            f"records (stored: {shown!r})")
 
 
 # workers and interrupted trials ----------------------------------------------------------------

@@ -121,13 +121,21 @@ def _seconds(value: Any) -> float:
 def _damaged(attrs: Mapping[str, Any]) -> bool:
     """Whether a row RecordIndex skips as malformed (see checks.record_problem) would break the tables: a status
     or config key that is not a string (a hand-edited list or object is unhashable: it cannot be deduplicated),
-    a record with no key, or an ok record without a usable time."""
+    a record with no key or with a config its key does not name (its row would show one config's knobs under
+    another's key), or an ok record without a usable time."""
     status, key = attrs["status"], attrs.get("config_key")
     if not isinstance(status, str) or (key is not None and not isinstance(key, str)):
         return True
-    if status in RECORDS and key is None:
+    if status in RECORDS and (key is None or not _keyed(attrs["config"], key)):
         return True
     return status == OK and _num(attrs.get("time_us")) == math.inf
+
+
+def _keyed(config: Mapping[str, Any], key: str) -> bool:
+    try:
+        return config_key(config) == key
+    except (TypeError, ValueError):  # a value JSON cannot spell: no key names it
+        return False
 
 
 def trial_rows(trials: Iterable[Any], knob_names: Sequence[str]) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """Opening a tuning storage, and turning its failures into errors that name it.
 
 ``None`` is an SQLite file in the per-user cache (``cache_dir("tuning")``); a path ending in
-``.log``/``.journal`` is an Optuna JournalStorage file; any string with ``://`` is an SQLAlchemy URL; any
+``.log``/``.journal`` is an Optuna JournalStorage file; any string with ``://`` is an SQLAlchemy URL (``sqlite://``,
+``sqlite:///`` and ``sqlite:///:memory:`` are an in-memory SQLite database, gone when the process ends); any
 other path is an SQLite file; ``"memory"`` is a throw-away in-memory storage; an Optuna storage object is
 used as is.
 
@@ -118,6 +119,10 @@ def _sqlite_storage(url: str) -> RDBStorage:
     import sqlalchemy
 
     storage = _create_rdb(url, sqlalchemy)
+    if _in_memory(url):
+        # the database lives only in the connection that created the tables: disposing of it would drop them
+        # (every later call: "no such table"), and WAL and fsync settings mean nothing without a file
+        return storage
 
     @sqlalchemy.event.listens_for(storage.engine, "connect")
     def _pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -128,6 +133,19 @@ def _sqlite_storage(url: str) -> RDBStorage:
 
     storage.engine.dispose()  # connections opened before the listener existed are dropped
     return storage
+
+
+def _in_memory(url: str) -> bool:
+    """Whether an SQLite URL names an in-memory database: ``sqlite://``, ``sqlite:///``,
+    ``sqlite:///:memory:``, or a ``file:...?mode=memory`` URI."""
+    import sqlalchemy
+
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return False  # not a URL at all: opening it reports that, naming it
+    database = parsed.database or ""
+    return database in ("", ":memory:") or parsed.query.get("mode") == "memory"
 
 
 SCHEMA_RACE_TRIES = 5
@@ -278,10 +296,10 @@ def _open_journal(path: Path, repair: bool) -> JournalStorage:
 def _open_url(text: str, create: bool) -> tuple[BaseStorage, Path | None]:
     label = _safe_url(text)
     path = None
-    if text.startswith("sqlite:///"):
+    # an in-memory database has no file to check, and no lock file: it is private to this process
+    if text.startswith("sqlite:///") and not _in_memory(text):
         path = Path(text.split(":///", 1)[1])
-        if path.name:  # "sqlite:///" alone is SQLite's in-memory database
-            _check_file(path, create, label)
+        _check_file(path, create, label)
     try:
         storage = _sqlite_storage(text) if text.startswith("sqlite:") else RDBStorage(text)
     except _read_errors() as exc:
@@ -292,7 +310,7 @@ def _open_url(text: str, create: bool) -> tuple[BaseStorage, Path | None]:
         raise StorageError(_schema_message(label, text, exc)) from exc
     except (ImportError, ValueError) as exc:  # a missing database driver, a malformed URL
         raise StorageError(f"tuning storage {label} cannot be opened: {type(exc).__name__}: {exc}") from exc
-    return storage, lock_path(path) if path is not None and path.name else None
+    return storage, lock_path(path) if path is not None else None
 
 
 def resolve_storage(storage: Any, create: bool = True) -> tuple[BaseStorage, Path | None]:

@@ -155,3 +155,14 @@ def test_ctrl_c_during_training_arrives_after_the_fit(objective: str, monkeypatc
     assert model.trained and model.fits == 1 and model.n_train == 40
     assert np.isfinite(model.predict([r["config"] for r in table[40:50]])).all()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+@pytest.mark.parametrize("objective", ["regression", "rank"])
+def test_a_model_that_predicts_one_cost_says_so_instead_of_nan(objective: str) -> None:
+    """Trained on records that all took the same time, the model predicts one cost for everything: the
+    correlation is undefined, and evaluate says why (it returned {'spearman': nan, 'kendall': nan})."""
+    func, table = matmul_table(1024, 1024, 1024)
+    model = _model(func, objective).fit([r["config"] for r in table[:6]], [5.0] * 6)
+    held_out = pd.DataFrame([{**r, "status": "ok"} for r in table[10:40]])
+    with pytest.raises(ValueError, match=r"predicts the same cost for all 30 records.* trained on 6 records"):
+        model.evaluate(held_out)

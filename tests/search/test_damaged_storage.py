@@ -18,6 +18,8 @@ import pytest
 
 import schedlib.search as S
 from schedlib.errors import SchedlibError
+from schedlib.hw import resolve
+from schedlib.rules import find_rule
 from schedlib.search.records import OK
 from schedlib.search.storage import StorageError
 
@@ -72,7 +74,17 @@ EDITS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "time_negative": lambda a: a.update(time_us=-5),
     "time_nan": lambda a: a.update(time_us=float("nan")),
     "attrs_list": lambda a: [1],
+    # another legal point under the best record's key, with a forged time
+    "config_not_its_key": lambda a: a.update(config=_other_point(a["config"]), time_us=1e-3),
 }
+
+
+def _other_point(config: dict[str, Any]) -> dict[str, Any]:
+    """A legal config of the study's space other than ``config``."""
+    func = toy_func()
+    profile = resolve("h100")
+    space = find_rule(func, profile).space(func, profile)
+    return next(c for c in space.enumerate() if c != config)
 
 
 @pytest.mark.parametrize("edit", list(EDITS))
@@ -89,6 +101,7 @@ def test_a_tampered_best_record_is_skipped_with_one_warning(
     res = S.tune(toy_func(), "h100", trials=TRIALS + 1, strategy="random", storage=db, quiet=True,
                  warm_start=False, features="knobs")
     assert 0 < res.best_time_us <= min(rest.values())
+    assert (res.records["time_us"] > 1e-3).all(), "the skipped record is not in the records table either"
 
 
 def test_a_bad_rebenchmark_time_is_skipped(study_db: tuple[Path, dict[str, float]], tmp_path: Path,

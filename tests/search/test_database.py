@@ -58,6 +58,22 @@ def test_storages_by_path_or_url(tmp_path: Path, kind: str) -> None:
     assert sch.config == res.best_config and sch.rule == "matmul"
 
 
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite://", "sqlite:///:memory:"])
+def test_in_memory_sqlite_urls_tune_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    monkeypatch.chdir(tmp_path)  # where a lock file named after ":memory:" would appear
+    func, table = matmul_table(256, 256, 256)
+    res = S.tune(func, "h100", trials=3, strategy="random", storage=url, backend=S.ReplayBackend(table), quiet=True)
+    assert res.measured_now == 3
+    store, lock = S.database.resolve_storage(url)
+    assert lock is None and optuna.get_all_study_names(store) == []  # each open is a new, empty database
+    first = CountingReplay(table)
+    S.tune(func, "h100", trials=3, strategy="random", storage=store, backend=first, quiet=True)
+    again = CountingReplay(table)
+    S.tune(func, "h100", trials=5, strategy="random", storage=store, backend=again, quiet=True)
+    assert len(first.measured) == 3 and len(again.measured) == 2, "the database kept the first records"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_apply_best_returns_the_recorded_best_and_refuses_other_shapes(tmp_path: Path) -> None:
     storage = tmp_path / "db.log"
     func, table = matmul_table(512, 512, 512)
@@ -110,9 +126,12 @@ def test_a_study_refuses_a_func_with_the_same_hash_but_other_text(tmp_path: Path
     res = S.tune(func, "h100", trials=2, strategy="random", storage=tmp_path / "x.log",
                  backend=S.ReplayBackend(table), quiet=True)
     res.study.set_user_attr("func_text", "something else")
-    with pytest.raises(schedlib.SchedlibError, match="different func with the same hash"):
+    with pytest.raises(schedlib.SchedlibError, match="different func with the same hash") as tuned:
         S.tune(func, "h100", trials=3, strategy="random", storage=tmp_path / "x.log",
                backend=S.ReplayBackend(table), quiet=True)
+    with pytest.raises(S.NoRecordError) as applied:  # the same reason, not "none succeeded that it can build"
+        S.apply_best(func, "h100", tmp_path / "x.log")
+    assert str(applied.value) == f"apply_best: {tuned.value}"
 
 
 def test_records_of_another_knob_space_are_neither_resumed_nor_applied(tmp_path: Path) -> None:

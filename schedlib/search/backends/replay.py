@@ -8,6 +8,12 @@ JSON: ``{"format": "schedlib-replay", "workload_hash": ..., "signature": ..., "d
 "records": [{"config": {...}, "time_us": 12.5, "status": "ok"}, ...]}`` (or just the list of records).
 CSV: one column per knob plus ``time_us`` (or ``time``) and optionally ``status``.  A recording that names
 its workload refuses to replay for a different one.
+
+A status is ``ok`` or one of the failures a trial can record (:data:`STATUSES`); anything else is refused,
+naming the allowed ones.  A config recorded twice with the same outcome (a recording concatenated twice)
+counts once; twice with different outcomes, the recording is refused, naming both records: no rule could
+say which one is the measurement to replay, and "the last one wins" would silently change every comparison
+made on it.
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Config, Rule
 from schedlib.search.backends import Backend
 from schedlib.search.database import signature, workload_hash
-from schedlib.search.records import MEASURED_FAILURES, OK, Measurement, config_key, plain_config
+from schedlib.search.records import ILLEGAL, MEASURED_FAILURES, OK, Measurement, config_key, plain_config
 
 FORMAT = "schedlib-replay"
+STATUSES = frozenset({OK, ILLEGAL, *MEASURED_FAILURES})  # what tune records, hence what a recording may hold
 
 
 def _number(value: Any) -> float:
@@ -80,8 +87,31 @@ def _field_number(rec: Mapping[str, Any], name: str, default: float, where: str,
                             f"number") from None
 
 
+def _outcome(rec: Mapping[str, Any]) -> str:
+    return f"ok, {rec['time_us']:g} us" if rec["status"] == OK else str(rec["status"])
+
+
+def _same_outcome(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(a[f] == b[f] for f in ("status", "time_us", "p20_us", "p80_us"))
+
+
+def _conflict(where: str, first: str, second: str, key: str, a: Mapping[str, Any], b: Mapping[str, Any]
+              ) -> SchedlibError:
+    return SchedlibError(f"replay recording {where}: {first} and {second} are the same config {key} with "
+                         f"different outcomes ({_outcome(a)} vs {_outcome(b)}); keep only the one to replay")
+
+
+def _check_status(status: Any, where: str, i: int) -> None:
+    if not isinstance(status, str):
+        raise SchedlibError(f"replay recording {where}: record {i}: status={status!r} is not a string")
+    if status not in STATUSES:
+        raise SchedlibError(f"replay recording {where}: record {i}: status={status!r} is not a known status; "
+                            f"expected one of {sorted(STATUSES)}")
+
+
 def _normalize(records: Sequence[Mapping[str, Any]], where: str) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
+    first: dict[str, tuple[int, dict[str, Any]]] = {}  # config key -> the first record of that config
     for i, rec in enumerate(records):
         if not isinstance(rec, Mapping) or not isinstance(rec.get("config"), Mapping):
             raise SchedlibError(f"replay recording {where}: record {i} has no 'config' object")
@@ -94,12 +124,19 @@ def _normalize(records: Sequence[Mapping[str, Any]], where: str) -> list[dict[st
         p20 = _field_number(rec, "p20_us", t, where, i, config)  # a recording without percentiles: the median
         p80 = _field_number(rec, "p80_us", t, where, i, config)
         status = rec.get("status") or (OK if math.isfinite(t) else "error")
-        if not isinstance(status, str):
-            raise SchedlibError(f"replay recording {where}: record {i}: status={status!r} is not a string")
+        _check_status(status, where, i)
         if status == OK and not math.isfinite(t):
             raise SchedlibError(f"replay recording {where}: record {i} is ok but has no positive time")
-        out.append({"config": {k: _scalar(v) for k, v in config.items()}, "time_us": t, "status": status,
-                    "p20_us": p20, "p80_us": p80})
+        entry = {"config": {k: _scalar(v) for k, v in config.items()}, "time_us": t, "status": status,
+                 "p20_us": p20, "p80_us": p80}
+        key = config_key(entry["config"])
+        if key in first:
+            j, earlier = first[key]
+            if not _same_outcome(earlier, entry):
+                raise _conflict(where, f"records {j}", f"{i}", key, earlier, entry)
+            continue  # the same measurement twice: one record
+        first[key] = (i, entry)
+        out.append(entry)
     return out
 
 
@@ -168,6 +205,9 @@ def write_recording(path: str | os.PathLike[str], records: Sequence[Mapping[str,
     for i, r in enumerate(records):
         t = _number(r.get("time_us"))
         status = r.get("status") or (OK if math.isfinite(t) else "error")
+        if status not in STATUSES:  # read_recording would refuse the file: refuse to write it
+            raise ValueError(f"write_recording: record {i}: status={status!r} is not a known status; expected one "
+                             f"of {sorted(STATUSES)}")
         if status == OK and not math.isfinite(t):
             raise ValueError(f"write_recording: record {i} is ok but has no finite positive time_us")
         rows.append({"config": plain_config(r["config"]), "time_us": t if math.isfinite(t) else None,
@@ -234,11 +274,17 @@ class ReplayBackend(Backend):
                                 f"{rule.name} space has {sorted(names)}")
         # text knobs whose values look like numbers ("4") were read as numbers: give them the space's values
         spelled = {k.name: {str(v): v for v in k.values} for k in space.knobs}
-        table = {}
-        for rec in self.table.values():
+        table: dict[str, dict[str, Any]] = {}
+        read_as: dict[str, str] = {}  # config key in the space's spelling -> the key as read
+        for old_key, rec in self.table.items():
             rec["config"] = {k: v if v in spelled.get(k, {}).values() else spelled.get(k, {}).get(str(v), v)
                              for k, v in rec["config"].items()}
-            table.setdefault(config_key(rec["config"]), rec)
+            key = config_key(rec["config"])
+            if key in table:  # e.g. a tuple knob spelled [1, 2] and "(1, 2)": two configs as read, one here
+                if not _same_outcome(table[key], rec):
+                    raise _conflict(self.where, f"the records of {read_as[key]}", old_key, key, table[key], rec)
+                continue
+            table[key], read_as[key] = rec, old_key
         self.table = table
 
     def measure(self, config: Config, schedule: Schedule | None) -> Measurement:
