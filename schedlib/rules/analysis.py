@@ -70,8 +70,12 @@ def product_loads(e: Expr) -> list[Load] | None:
 
 
 def is_elementwise(block: Block) -> bool:
-    """Spatial, stored at its axes, and every load indexed by plain axes (broadcasts allowed)."""
-    return block.reducer is None and stores_plainly(block) and all(acc.plain for acc in accesses(block))
+    """Spatial, stored at its axes, and every load indexed by plain axes or constants: broadcasts allowed,
+    a missing axis (``b[k]`` in a 3-D block) or a kept dimension of one (``c[j, 0]``, numpy's keepdims)."""
+    names = {a.name for a in block.axes}
+    return block.reducer is None and stores_plainly(block) and all(
+        isinstance(i, Const) or (isinstance(i, Var) and i.name in names) for ld in loads(block.value)
+        for i in ld.indices)
 
 
 def epilogue_chain(func: Func, main: Block) -> list[Block] | str:
