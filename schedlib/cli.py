@@ -19,22 +19,18 @@ import argparse
 import json
 import logging
 import sys
-import warnings
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any
 
 from schedlib import cli_args
 from schedlib.cli_args import UsageError
 from schedlib.cli_emulate import check_emulator_size as _check_emulator_size
 from schedlib.cli_emulate import emulation_note as _emulation_note
+from schedlib.cli_output import foreign_error, library_messages, lines, note
 from schedlib.errors import SchedlibError
 from schedlib.hw import is_auto
 
 __all__ = ["UsageError", "build_parser", "main"]
-
-
-def note(message: str) -> None:
-    print(f"schedlib: note: {message}", file=sys.stderr)
 
 
 def _gpu_problem() -> str | None:
@@ -187,8 +183,16 @@ def cmd_carve(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from schedlib.carver import carve
+    from schedlib.report.legality import no_legal_config
 
-    df = carve(_workload(args.workload).build(), _profile(args.target), topk=args.topk)
+    spec = _workload(args.workload)
+    df = carve(spec.build(), _profile(args.target), topk=args.topk)
+    if df.empty:  # not "Empty DataFrame" and status 0: nothing here can run on this target
+        raise SchedlibError(f"carve: {no_legal_config(df, spec.name)}")
+    symbolic = df.attrs.get("symbolic") or {}
+    if symbolic:  # the times hold at these sizes only; say them, as compare's shape column does
+        print("ranked at " + ", ".join(f"{k}={v}" for k, v in symbolic.items())
+              + " (the symbolic sizes' values for this ranking)")
     cols = [c for c in ("config", "est_time_us", "pct_of_peak", "reason") if c in df.columns]
     with pd.option_context("display.max_colwidth", 90, "display.width", 200):
         print(df[cols].to_string())
@@ -279,7 +283,7 @@ def _check_out(text: str) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from schedlib.hw import resolve
     from schedlib.report import compare, write_report
-    from schedlib.report.writers import prepare_out_dir
+    from schedlib.report.writers import REPORT_FILES, prepare_out_dir
     from schedlib.suites import suite
 
     _check_out(args.out)
@@ -290,7 +294,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("--methods vendor: the vendor library has no time without a GPU (the carver's model "
                          "estimates schedlib's kernels only); add rule, carver or search, or measure on a GPU")
     explicit = None if is_auto(args.target) else resolve(args.target)  # a bad --target creates no folder
-    prepare_out_dir(args.out)  # before the note below: a bad --out is the whole answer
+    prepare_out_dir(args.out, REPORT_FILES)  # before the note below: a bad --out is the whole answer
     if explicit is not None:
         profile = explicit
     elif args.backend == "estimate":  # as compare() does: estimates for "auto" use the h100 numbers
@@ -341,31 +345,13 @@ def build_parser() -> argparse.ArgumentParser:
     return cli_args.build_parser(handlers, __version__)
 
 
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: TextIO | None = None, line: str | None = None, *, fallback: Any = None) -> None:
-    """The library's own warnings as ``schedlib: warning: ...`` lines; others as Python shows them."""
-    from schedlib.hw import ProfileWarning
-
-    if issubclass(category, ProfileWarning):
-        print(_lines("schedlib: warning: ", str(message)), file=sys.stderr)
-    elif fallback is not None:
-        fallback(message, category, filename, lineno, file, line)
-
-
-def _lines(prefix: str, text: str) -> str:
-    """``prefix`` and the first line of ``text``, further lines indented under it."""
-    first, *rest = text.strip("\n").splitlines() or [""]
-    return "\n".join([prefix + first, *("  " + ln if ln.strip() else "" for ln in rest)])
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    with warnings.catch_warnings():
-        fallback = warnings.showwarning
-        warnings.showwarning = lambda *a, **k: _show_warning(*a, **k, fallback=fallback)
+    with library_messages():
         return _main(argv)
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    args = None
     try:
         args = build_parser().parse_args(argv)
         return int(args.fn(args) or 0)
@@ -375,7 +361,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except (SchedlibError, ValueError, LookupError) as exc:
         # a KeyError's str() is its repr; show the message itself
         text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        print(_lines("schedlib: error: ", text or type(exc).__name__), file=sys.stderr)
+        print(lines("schedlib: error: ", text or type(exc).__name__), file=sys.stderr)
         return 2
     except OSError as exc:  # a file or directory named on the command line (or in the environment)
         where = f": {exc.filename}" if exc.filename else ""
@@ -384,6 +370,12 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print("schedlib: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # optuna's or the database's own errors; any other is a bug and keeps its traceback
+        line = foreign_error(exc, getattr(args, "storage", None))
+        if line is None:
+            raise
+        print(f"schedlib: error: {line}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -92,7 +93,11 @@ def _spec_size(kind: str, key: str, value: Any) -> Any:
     if hasattr(value, "name") and not isinstance(value, str):
         return value  # already an sl.var
     if isinstance(value, bool) or not isinstance(value, int):
-        raise IRError(f"workload {kind}: {key}={_show(value)} must be a positive int or $name (a symbolic size)")
+        # 1e3 in YAML or JSON is a float, refused as in a profile's integer fields; say how to write it
+        whole = isinstance(value, float) and value.is_integer() and 1 <= value < 2**31
+        hint = f" (write {int(value)})" if whole else ""
+        raise IRError(f"workload {kind}: {key}={_show(value)} must be a positive int or $name (a symbolic "
+                      f"size){hint}")
     if not 1 <= value < 2**31:
         raise IRError(f"workload {kind}: {key}={value} must be a positive size below 2^31")
     return value
@@ -131,15 +136,36 @@ def _coerce(kind: str, key: str, value: Any) -> Any:
             return value
         raise IRError(f"workload {kind}: {key}={_show(value)} must be an int")
     if isinstance(default, float):
-        if not isinstance(value, bool):
-            try:
-                return float(value)
-            except (TypeError, ValueError):
-                pass
-        raise IRError(f"workload {kind}: {key}={_show(value)} must be a number")
+        return _number(kind, key, value)
     if not isinstance(value, str):  # dtype, op, epilogue: names
         raise IRError(f"workload {kind}: {key}={_show(value)} must be a name")
     return text
+
+
+# Float parameters that must be above zero: eps keeps rsqrt(var + eps) finite for a constant row.
+POSITIVE_FLOATS = {"eps"}
+# A float parameter is a float32 constant in the kernel (fp16 and bf16 compute in float32 too, and no workload
+# computes in float64): past this magnitude it is infinite there, however finite as a Python float.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _number(kind: str, key: str, value: Any) -> float:
+    """A float parameter: finite (a NaN or infinite ``eps`` or ``scale`` makes every output NaN or inf, which no
+    kernel check can tell from a wrong one), and above zero where :data:`POSITIVE_FLOATS` says so."""
+    number = None
+    if not isinstance(value, bool):
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range
+            pass
+    if number is None:
+        raise IRError(f"workload {kind}: {key}={_show(value)} must be a number")
+    if not math.isfinite(number) or abs(number) > FLOAT32_MAX:
+        raise IRError(f"workload {kind}: {key}={_show(value)} must be a finite number (at most {FLOAT32_MAX:.4g} "
+                      "in magnitude: kernels compute in float32)")
+    if key in POSITIVE_FLOATS and number <= 0:
+        raise IRError(f"workload {kind}: {key}={_show(value)} must be a number above 0")
+    return number
 
 
 def parse_workload(text: str) -> WorkloadSpec:
@@ -183,6 +209,31 @@ def _offending(text: str, line: int) -> str:
     return f": {bad!r}" if bad else ""
 
 
+class _DuplicateKey(Exception):
+    """A key given twice in one JSON object (args: the key)."""
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` hook refusing a key given twice, which it would silently resolve to the last value."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _parse(text: str, json_text: bool) -> Any:
+    """Suite text as plain data, read as strictly as hardware profiles are: no key given twice (``{M: 64, M: 128}``
+    would run M=128 unsaid), and YAML numbers by the YAML 1.2 rules people write (``1e3`` is a number, ``1:04``
+    is no base-60 64).  The profile reader's loader is reused, so the two kinds of file cannot drift apart."""
+    from schedlib.hw.profile_file import StrictLoader  # a yaml.SafeLoader subclass: builds plain data only
+
+    if json_text:
+        return json.loads(text, object_pairs_hook=_json_object)
+    return yaml.load(text, Loader=StrictLoader)
+
+
 def load_suite_file(path: str | Path) -> list[WorkloadSpec]:
     """A YAML or JSON list of workload strings or ``{kind: ..., <params>, label: ...}`` mappings."""
     p = Path(path)
@@ -196,7 +247,9 @@ def load_suite_file(path: str | Path) -> list[WorkloadSpec]:
         raise IRError(f"suite file {p}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line}, "
                       f"offset {exc.start}); save it as UTF-8") from None
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        data = _parse(text, json_text=p.suffix.lower() == ".json")
+    except _DuplicateKey as exc:
+        raise IRError(f"suite file {p}: not valid JSON (duplicate key {exc.args[0]!r} in one object)") from None
     except RecursionError:  # both parsers recurse once per level: a suite is a flat list, never this deep
         raise IRError(f"suite file {p}: nested too deeply to read (lists or mappings inside each other "
                       f"past Python's recursion limit); a suite is a list of workloads") from None
@@ -217,7 +270,10 @@ def load_suite_file(path: str | Path) -> list[WorkloadSpec]:
     specs = []
     for i, item in enumerate(data):
         if isinstance(item, str):
-            specs.append(parse_workload(item))
+            try:
+                specs.append(parse_workload(item))
+            except IRError as exc:
+                raise IRError(f"suite file {p}: entry {i}: {exc}") from None
         elif isinstance(item, dict) and "kind" in item:
             kind = item["kind"]
             if not isinstance(kind, str) or kind not in BUILTINS:

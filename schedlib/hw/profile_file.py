@@ -31,7 +31,7 @@ _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a named pipe", stat.S_IFCH
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
-class _StrictLoader(yaml.SafeLoader):
+class StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses a mapping key given twice: PyYAML would silently keep the last value,
     so an edit appended below an existing field would quietly override it."""
 
@@ -62,13 +62,13 @@ class _StrictLoader(yaml.SafeLoader):
 # Numbers as YAML 1.2 reads them, which is what people write: PyYAML's YAML 1.1 rules take `1e4` and
 # `3.35e3` for strings (an exponent needs a dot and a sign there) and read `2:12` as 132 (base 60).
 _INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-_StrictLoader.yaml_implicit_resolvers = {
+StrictLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_StrictLoader.add_implicit_resolver(_INT_TAG, re.compile(r"^(?:[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+)$"),
+StrictLoader.add_implicit_resolver(_INT_TAG, re.compile(r"^(?:[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+)$"),
                                     list("-+0123456789"))
-_StrictLoader.add_implicit_resolver(
+StrictLoader.add_implicit_resolver(
     _FLOAT_TAG,
     re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+0123456789."))
@@ -137,7 +137,7 @@ def parse_file(path: Path) -> Any:
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text, object_pairs_hook=functools.partial(_json_object, path))
-        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: builds plain data only
+        return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: builds plain data only
     except json.JSONDecodeError as exc:
         bad = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else ""
         raise ProfileError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg}): {bad.strip()!r}") from exc

@@ -19,10 +19,11 @@ from typing import Any
 
 import pandas as pd
 
-from schedlib.errors import SchedlibError
+from schedlib.errors import ProfileError, SchedlibError
 from schedlib.hw import HardwareProfile, is_auto, resolve
 from schedlib.ir.func import Func
 from schedlib.ir.schedule import Schedule
+from schedlib.report.legality import no_legal_config, why_nothing_legal
 from schedlib.report.stats import Work, work
 from schedlib.report.timer import MethodTimer
 from schedlib.runtime.gpu import gpu_available, require_cupy
@@ -50,14 +51,27 @@ def _symbols(func: Func) -> dict[str, int]:
     return bind_symbolic(func, None)
 
 
-def _peak(profile: HardwareProfile, dtype: str, ceilings: dict[str, float] | None) -> tuple[float, float]:
-    """(peak FLOP/s for the dtype's best unit, DRAM bytes/s), measured ceilings taking precedence."""
+def _peak(profile: HardwareProfile, dtype: str, ceilings: dict[str, float] | None
+          ) -> tuple[float, float, str | None]:
+    """(peak FLOP/s for the dtype's best unit, DRAM bytes/s, a note when that unit's peak is not known),
+    measured ceilings taking precedence.
+
+    A 16-bit workload is held to the tensor-core peak where the profile records one; where it does not (bf16
+    on a T4 or V100, a profile derived for an unknown GPU), to the fp32 SIMT peak, the rate the carver models
+    such kernels at: one workload without that entry must not cost the whole report."""
     c = ceilings or {}
+    note = None
     if dtype in ("float16", "bfloat16"):
-        flops = c.get("fp16_flops") or profile.peak_flops(dtype, True)
+        flops = c.get("fp16_flops")
+        if not flops:
+            try:
+                flops = profile.peak_flops(dtype, True)
+            except ProfileError:
+                flops = profile.peak_flops("float32", False)
+                note = f"{dtype} against the fp32 SIMT peak ({profile.key} records no {dtype} tensor-core peak)"
     else:
         flops = c.get("fp32_flops") or profile.peak_flops("float32", False)
-    return float(flops), float(c.get("bandwidth") or profile.dram_bytes_per_s)
+    return float(flops), float(c.get("bandwidth") or profile.dram_bytes_per_s), note
 
 
 def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[str] = METHODS, *, topk: int = 5,
@@ -97,6 +111,7 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
     timer = MethodTimer(profile, measured)
     rows: list[dict[str, Any]] = []
     histories: dict[str, list[float]] = {}
+    peak_notes: list[str] = []  # said next to the roofline's source in the report
     built = [(item, item.build()) if isinstance(item, WorkloadSpec) else (None, item) for item in as_specs(workloads)]
     _check_variant_knobs([func for _, func in built], profile, variants)
     start = time.perf_counter()
@@ -107,7 +122,9 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
                      f"{time.perf_counter() - start:.0f} s so far)")
         symbols = _symbols(func)
         w = work(func, symbols)
-        peak, bw = _peak(profile, w.dtype, ceilings)
+        peak, bw, peak_note = _peak(profile, w.dtype, ceilings)
+        if peak_note and peak_note not in peak_notes:
+            peak_notes.append(peak_note)
         timer.prepare(func, spec, symbols)
         base = {"workload": label, "shape": _shape(func, symbols), "dtype": w.dtype}
         found = _run_methods(func, profile, methods, timer, topk, trials, strategy, storage, quiet, templates,
@@ -126,8 +143,8 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
                 t = row["time_us"]
                 row["speedup_vs_vendor"] = (vendor_us / t) if vendor_us and t == t and t else float("nan")
     df = pd.DataFrame(rows, columns=COLUMNS)
-    df.attrs.update({"target": profile.key, "measured": measured, "histories": histories,
-                     "roofline": "measured ceilings" if ceilings else f"profile {profile.key}"})
+    roofline = "; ".join(["measured ceilings" if ceilings else f"profile {profile.key}", *peak_notes])
+    df.attrs.update({"target": profile.key, "measured": measured, "histories": histories, "roofline": roofline})
     return df
 
 
@@ -207,10 +224,15 @@ def _timed(timer: MethodTimer, sch: Schedule, rule: Any, config: dict[str, Any])
     return {"time_us": t["median_us"], "p20_us": t["p20_us"], "p80_us": t["p80_us"]}
 
 
-def _failed(exc: BaseException) -> dict[str, Any]:
+def _failed(exc: BaseException, cause: str | None = None) -> dict[str, Any]:
+    """The timing columns of a failed row; ``source`` names the exception and, given, the ``cause`` behind it
+    (a workload with no legal config on the target fails every method, each with a symptom of its own)."""
     nan = float("nan")
-    why = " ".join(str(exc).split())[:300]
-    return {"time_us": nan, "p20_us": nan, "p80_us": nan, "source": f"failed: {type(exc).__name__}: {why}"}
+    text = " ".join(str(exc).split())
+    said = f"{type(exc).__name__}: {text}" if text else f"{type(exc).__name__} (raised without a message)"
+    if cause:
+        said = cause if text == cause else f"{cause}; {said}"
+    return {"time_us": nan, "p20_us": nan, "p80_us": nan, "source": f"failed: {said}"[:400]}
 
 
 def _run_methods(func: Func, profile: HardwareProfile, methods: Sequence[str], timer: MethodTimer, topk: int,
@@ -219,13 +241,17 @@ def _run_methods(func: Func, profile: HardwareProfile, methods: Sequence[str], t
     out: list[tuple[str, dict[str, Any]]] = []
     # the vendor first: its time survives a later kernel that takes the device down with it
     vendor = _vendor_row(timer) if "vendor" in methods else None
+    causes: list[str | None] = []  # asked once per workload, and only when a method fails
     for method in ("rule", "carver", "search"):
         if method not in methods:
             continue
         try:
             out += _METHODS[method](func, profile, timer, topk, trials, strategy, storage, quiet)
         except Exception as exc:  # one failing method must not lose the others' rows
-            out.append((method, {"rule": None, "config": None, "tuning_s": 0.0, "trials": 0, **_failed(exc)}))
+            if not causes:
+                causes.append(why_nothing_legal(func, profile))
+            out.append((method, {"rule": None, "config": None, "tuning_s": 0.0, "trials": 0,
+                                 **_failed(exc, causes[0])}))
     for template in templates:
         out += _template_row(func, profile, timer, template)
     for variant in variants:
@@ -310,6 +336,8 @@ def _carver_rows(func: Func, profile: HardwareProfile, timer: MethodTimer, topk:
     t0 = time.perf_counter()
     ranked = carve(func, profile, topk=topk)
     cost = time.perf_counter() - t0
+    if ranked.empty:
+        raise SchedlibError(no_legal_config(ranked))
     rule = get_rule(ranked["rule"].iloc[0])
     timings: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for config in ranked["config"]:

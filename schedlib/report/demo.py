@@ -21,7 +21,7 @@ from schedlib.hw import HardwareProfile, detect, is_auto, resolve
 from schedlib.ir.dtype import numpy_dtype
 from schedlib.ir.reference import run_reference
 from schedlib.report.compare import compare
-from schedlib.report.writers import prepare_out_dir, write_report
+from schedlib.report.writers import REPORT_FILES, prepare_out_dir, write_report
 from schedlib.rules import apply_default
 from schedlib.runtime.gpu import gpu_available
 from schedlib.runtime.kernel import build
@@ -37,11 +37,24 @@ def tolerance(func: Any) -> float:
 
 
 def check_output(func: Any, got: Any, ref: np.ndarray) -> tuple[float, float, bool]:
-    """(relative error, tolerance, within it) of a kernel's first output against the reference's; a NaN error
-    is a mismatch."""
+    """(relative error, tolerance, within it) of a kernel's first output against the reference's.
+
+    Non-finite values are compared by position and value: where the reference holds NaN or +-inf (an
+    overflow gives them legitimately) the kernel must hold the same, and ``inf - inf`` never turns a match
+    into a NaN error.  The finite values are compared within the tolerance, relative to the largest finite
+    |reference|.  A non-finite value where the other has none, or another shape, is a mismatch (error
+    ``inf``)."""
     got = np.asarray(got[0] if isinstance(got, tuple) else got, dtype=np.float64)
-    err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+    ref = np.asarray(ref, dtype=np.float64)
     tol = tolerance(func)
+    if got.shape != ref.shape:
+        return float("inf"), tol, False
+    finite = np.isfinite(got) & np.isfinite(ref)
+    same = (got == ref) | (np.isnan(got) & np.isnan(ref))  # inf == inf of one sign; NaN never equals NaN
+    if not np.all(finite | same):
+        return float("inf"), tol, False
+    scale = max(float(np.abs(ref[finite]).max(initial=0.0)), 1e-30)
+    err = float(np.abs(got[finite] - ref[finite]).max(initial=0.0) / scale)
     return err, tol, bool(err <= tol)
 
 
@@ -97,7 +110,7 @@ def verify(spec: WorkloadSpec, profile: HardwareProfile, limit: int, on_gpu: boo
 
 def run_demo(target: str = "auto", out: str | Path = "schedlib-report", *, trials: int = 12, limit: int = 64,
              topk: int = 5, echo: Callable[[str], None] = print) -> Path:
-    prepare_out_dir(out)
+    prepare_out_dir(out, (*REPORT_FILES, "verification.csv"))  # before minutes of work
     on_gpu = gpu_available()
     auto = is_auto(target)
     profile = detect() if (on_gpu and auto) else resolve("h100" if auto else target)

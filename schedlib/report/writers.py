@@ -7,6 +7,8 @@ import html
 import io
 import json
 import math
+import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +122,20 @@ def flat_configs(df: pd.DataFrame) -> pd.DataFrame:
     return flat
 
 
-def prepare_out_dir(out_dir: str | Path) -> Path:
-    """Create ``out_dir`` and prove it writable; called before long work, so a bad ``--out`` fails first."""
+REPORT_FILES = ("report.csv", "report.md", "report.html")
+
+
+def prepare_out_dir(out_dir: str | Path, files: Iterable[str] = ()) -> Path:
+    """Create ``out_dir`` and prove it writable, and that each of ``files`` can be written there (absent, or a
+    writable file); called before long work, so a bad ``--out`` fails first rather than after the work, with
+    some of the report already overwritten."""
     if isinstance(out_dir, str) and not out_dir.strip():  # Path("") is ".": the report would land in the cwd
         raise SchedlibError(f"the report folder {out_dir!r} is empty: give a folder name ('.' for the current "
                             f"folder)")
     out = Path(out_dir)
+    if out.is_symlink() and not out.exists():  # mkdir would say "File exists" of a name that leads nowhere
+        raise SchedlibError(f"cannot write the report to {out}: it is a symbolic link to {os.readlink(out)}, "
+                            "which does not exist; create that folder or choose another")
     if out.exists() and not out.is_dir():  # mkdir would say "File exists", which reads as no problem
         raise SchedlibError(f"cannot write the report to {out}: it is a file, not a folder")
     try:
@@ -135,7 +145,23 @@ def prepare_out_dir(out_dir: str | Path) -> Path:
         probe.unlink()
     except OSError as exc:
         raise SchedlibError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+    for name in files:
+        _check_writable(out / name)
     return out
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse a report file that could not be written over: a folder or other non-file in its place, or a file
+    that cannot be opened for writing (opened to append, so that nothing of it is lost here)."""
+    if path.exists() and not path.is_file():
+        what = "a folder" if path.is_dir() else "not a plain file"
+        raise SchedlibError(f"cannot write the report to {path}: it is {what}; move it or choose another folder")
+    if path.exists():
+        try:
+            with path.open("a"):
+                pass
+        except OSError as exc:
+            raise SchedlibError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
 
 
 # 17 columns: small type keeps a row on one line of a laptop screen; a config wraps inside its own cell.
@@ -152,7 +178,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, 
     if not isinstance(df, pd.DataFrame) or "config" not in df.columns:
         raise TypeError(f"write_report needs the DataFrame sl.report.compare returns, got {type(df).__name__}"
                         + (f" with columns {list(df.columns)}" if isinstance(df, pd.DataFrame) else ""))
-    out = prepare_out_dir(out_dir)
+    out = prepare_out_dir(out_dir, REPORT_FILES)
     source = "measured on the GPU" if df.attrs.get("measured") else "estimated by the carver model (no GPU)"
     csv_path, md_path, html_path = out / "report.csv", out / "report.md", out / "report.html"
     flat_configs(df).to_csv(csv_path, index=False)
@@ -162,7 +188,8 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, 
     bars = roofline_bars(df)
     conv = convergence_plot(histories if histories is not None else df.attrs.get("histories") or {})
     parts = [f"<h1>{html.escape(title)}</h1>", f"<p>Target {html.escape(str(df.attrs.get('target')))}; times "
-             f"{html.escape(source)}.</p>", "<table border='1' cellspacing='0' cellpadding='3'>",
+             f"{html.escape(source)}; roofline from {html.escape(str(df.attrs.get('roofline')))}.</p>",
+             "<table border='1' cellspacing='0' cellpadding='3'>",
              "<tr>" + "".join(f"<th>{c}</th>" for c in SUMMARY) + "</tr>"]
     for _, row in df.iterrows():
         parts.append("<tr>" + "".join(_html_cell(c, row[c]) for c in SUMMARY) + "</tr>")

@@ -1,0 +1,90 @@
+"""How the ``schedlib`` command reports on stderr: notes, the library's warnings and log records, and errors,
+each as ``schedlib: KIND: message`` with further lines indented under the first (apart from
+:mod:`schedlib.cli` only to keep that file short)."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+__all__ = ["foreign_error", "library_messages", "lines", "note"]
+
+
+def lines(prefix: str, text: str) -> str:
+    """``prefix`` and the first line of ``text``, further lines indented under it."""
+    first, *rest = text.strip("\n").splitlines() or [""]
+    return "\n".join([prefix + first, *("  " + ln if ln.strip() else "" for ln in rest)])
+
+
+def note(message: str) -> None:
+    print(f"schedlib: note: {message}", file=sys.stderr)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None, *, fallback: Any = None) -> None:
+    """The library's own warnings as ``schedlib: warning: ...`` lines; others as Python shows them (a
+    numpy or pandas warning with its file and line is a lead to a bug, which a prefix would hide)."""
+    if category.__module__.split(".")[0] == "schedlib":
+        print(lines("schedlib: warning: ", str(message)), file=sys.stderr)
+    elif fallback is not None:
+        fallback(message, category, filename, lineno, file, line)
+
+
+class _LogLines(logging.Handler):
+    """The library's log records (the search's "space is exhausted", a rule that raised) as prefixed lines:
+    without a handler Python prints just the message, which reads as output of the command."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        kind = "error" if record.levelno >= logging.ERROR else "warning"
+        try:
+            text = record.getMessage()
+        except Exception:  # a record whose arguments do not fit its format: logging's own report of it
+            self.handleError(record)
+            return
+        print(lines(f"schedlib: {kind}: ", text), file=sys.stderr)  # sys.stderr now, as a test may swap it
+
+
+@contextmanager
+def library_messages() -> Iterator[None]:
+    """While the command runs: warnings and log records of the library as ``schedlib: warning: ...`` lines."""
+    logger = logging.getLogger("schedlib")
+    handler = _LogLines(logging.WARNING)
+    with warnings.catch_warnings():
+        fallback = warnings.showwarning
+        warnings.showwarning = lambda *a, **k: _show_warning(*a, **k, fallback=fallback)
+        logger.addHandler(handler)
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+
+
+# Errors of the packages behind a tuning storage (a database locked, gone, full or of another schema): the
+# user's setup, not a bug in schedlib, so one line rather than a traceback.  Looked up only when already
+# imported, since an error of a package that was never imported cannot have been raised.
+_FOREIGN = {"optuna.exceptions": ("OptunaError", "optuna (the search library)"),
+            "sqlalchemy.exc": ("SQLAlchemyError", "the tuning storage's database")}
+
+
+def foreign_error(exc: BaseException, storage: str | None = None) -> str | None:
+    """The one-line message for an error of optuna, SQLAlchemy or SQLite reaching the command (naming the
+    ``--storage`` given, the likely source), else None: Python's own exceptions (TypeError, AttributeError,
+    ...) are programming errors and keep their traceback."""
+    what = "the tuning storage's database" if isinstance(exc, sqlite3.Error) else None
+    for module, (name, label) in _FOREIGN.items():
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(exc, cls):
+            what = label
+    if what is None:
+        return None
+    # SQLAlchemy wraps the driver's error, whose message is the useful part; its own adds the SQL and a URL
+    inner = getattr(exc, "orig", None)
+    shown = inner if isinstance(inner, BaseException) else exc
+    first = next((ln.strip() for ln in str(shown).splitlines() if ln.strip()), "")
+    where = f" (with --storage {storage})" if storage else ""
+    return f"{what} raised {type(shown).__name__}{where}" + (f": {first}" if first else "")
