@@ -124,7 +124,8 @@ def _reads_in_order(block: Block, kept: list[str], results: set[str], full: list
         if acc.buffer in results and list(acc.axes) != kept:
             return (f"block {block.name} reads the reduction result {acc.buffer} at [{', '.join(map(str, acc.axes))}]"
                     f", not at the kept axes [{', '.join(kept)}]")
-        if full is not None and len(acc.axes) == len(full) and list(acc.axes) != full:
+        # (a constant index, None here, is a broadcast: a (1, cols) gain read at [0, j] is no transpose)
+        if full is not None and len(acc.axes) == len(full) and None not in acc.axes and list(acc.axes) != full:
             return f"block {block.name} reads {acc.buffer} at permuted indices [{', '.join(map(str, acc.axes))}]"
     return None
 

@@ -34,11 +34,30 @@ def elementwise_keepdims() -> Func:
     return sl.func([X, row, col, Y], "keepdims")
 
 
+def softmax_times_gain(rows: int = 32, cols: int = 700) -> Func:
+    X, gain = sl.placeholder((rows, cols), "float32", "X"), sl.placeholder((1, cols), "float32", "g")
+    k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
+    mx = sl.compute((rows,), lambda i: sl.max(X[i, k1], axis=k1), "mx")
+    ex = sl.compute((rows, cols), lambda i, j: sl.exp(X[i, j] - mx[i]), "ex")
+    sm = sl.compute((rows,), lambda i: sl.sum(ex[i, k2], axis=k2), "sm")
+    Y = sl.compute((rows, cols), lambda i, j: ex[i, j] / sm[i] * gain[0, j], "Y")
+    return sl.func([X, gain, Y], "softmax_gain")
+
+
+def row_sum_times_column(rows: int = 64, cols: int = 1000) -> Func:
+    X, col = sl.placeholder((rows, cols), "float32", "X"), sl.placeholder((rows, 1), "float32", "col")
+    k = sl.reduce_axis(cols, "k")
+    s = sl.compute((rows,), lambda i: sl.sum(X[i, k], axis=k), "s")
+    return sl.func([X, col, sl.compute((rows,), lambda i: s[i] * col[i, 0], "t")], "row_sum_col")
+
+
 @pytest.mark.parametrize(("make", "target", "rule"), [
     (lambda: matmul_with_column_bias("float32", 40, 36, 24), "h100", "matmul"),
     (lambda: matmul_with_column_bias("float16", 128, 128, 64), "a100", "matmul"),  # mma.sync's fragment epilogue
     (elementwise_keepdims, "h100", "elementwise"),
-], ids=["matmul-simt", "matmul-mma", "elementwise"])
+    (softmax_times_gain, "h100", "general_reduction"),  # read [0, j]: once taken for a transpose
+    (row_sum_times_column, "h100", "reduction"),
+], ids=["matmul-simt", "matmul-mma", "elementwise", "softmax-gain", "row-sum-column"])
 def test_keepdims_operands_take_the_rule_template(make: Callable[[], Func], target: str, rule: str,
                                                   rng: np.random.Generator) -> None:
     """Regression: a constant index made the read 'not element-wise', so both went to the serial fallback,
