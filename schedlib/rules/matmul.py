@@ -105,7 +105,8 @@ class MatmulRule(Rule):
         limit_threads = target.max_threads_per_block
         smem_limit = target.shared_memory_per_block
         max_regs = target.max_registers_per_thread
-        has_tc = tc.unavailable(func, facts, target) is None
+        # cp.async and the TMA copy global memory as it is: a computed operand (a prologue) is SIMT's
+        has_tc = tc.unavailable(func, facts, target) is None and not facts.prologue
         layout_why = tc.misaligned(func, facts) if has_tc else None
         tc_knobs = has_tc and layout_why is None
         hopper = has_tc and wg.available(target)
@@ -383,6 +384,8 @@ class MatmulRule(Rule):
         if config["stages"] == 2:
             for shared in copies:
                 s.double_buffer(shared)
+        for stage in facts.prologue:  # a computed operand is computed as it is copied in (its only reader now)
+            s.compute_inline(stage)
         init = s.decompose_reduction(C, ko)
         for lp in (ki, im, *runs[:-1], *s.get_loops(init), *s.get_loops(wb)):
             s.unroll(lp)

@@ -15,6 +15,7 @@ from schedlib.rules.analysis import (
     Access,
     access_of,
     epilogue_chain,
+    is_elementwise,
     product_loads,
     product_operands,
     stores_plainly,
@@ -35,6 +36,9 @@ class MatmulFacts:
     epilogue: tuple[str, ...]
     in_bytes: int
     extents: dict[str, Expr]
+    # element-wise stages computing an operand from func inputs (``relu(X) @ W``): the SIMT template applies
+    # them in its copy into shared memory
+    prologue: tuple[str, ...] = ()
 
 
 def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
@@ -54,8 +58,15 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
     if isinstance(operands, str):
         return operands
     acc_a, acc_b = operands
-    if acc_a.buffer not in func.inputs or acc_b.buffer not in func.inputs:
-        return "operands must be func inputs (inline the stages that compute them first)"
+    prologue: list[str] = []
+    for acc in (acc_a, acc_b):
+        if acc.buffer in func.inputs:
+            continue
+        stage = None if scaled else _prologue_stage(func, main, acc.buffer)
+        if stage is None or stage in prologue:
+            return (f"operand {acc.buffer} must be a func input, or computed from func inputs by one element-wise "
+                    f"stage that only the matmul reads")
+        prologue.append(stage)
     if not (acc_a.plain and acc_b.plain):
         return "operands must be indexed by plain axes"
     if acc_a.buffer == acc_b.buffer and (scaled or acc_a.axes == acc_b.axes):
@@ -89,7 +100,22 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
     extents = {a.name: a.extent for a in main.axes}
     in_bytes = BYTES[func.buffer(acc_a.buffer).dtype]
     return MatmulFacts(main.name, batch, only_a[-1], only_b[-1], k, acc_a.buffer, acc_b.buffer, acc_a.axes[-1],
-                       acc_b.axes[-1], tuple(b.name for b in epi), in_bytes, extents)
+                       acc_b.axes[-1], tuple(b.name for b in epi), in_bytes, extents, tuple(prologue))
+
+
+def _prologue_stage(func: Func, main: Block, buffer: str) -> str | None:
+    """The name of the element-wise stage computing operand ``buffer`` from func inputs alone, read by ``main``
+    alone and not a func output (so it can be computed where the operand is staged, never stored); None when
+    there is no such stage."""
+    producers = func.producers(buffer)
+    if len(producers) != 1 or buffer in func.outputs:
+        return None
+    stage = producers[0]
+    if not is_elementwise(stage) or [b.name for b in func.consumers(buffer)] != [main.name]:
+        return None
+    if any(name not in func.inputs for name in stage.read_buffers):
+        return None  # a chain of stages: one is staged in the copy, not several
+    return stage.name
 
 
 def _two_operands(main: Block) -> tuple[Access, Access] | str:

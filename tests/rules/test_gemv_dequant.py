@@ -60,12 +60,20 @@ def test_gemv_rule_takes_dequantised_weights(key: str, rng: np.random.Generator,
     assert "Wq" in kernel.source and "float W[" not in kernel.source
 
 
-def test_matmul_rule_leaves_scaled_products_to_gemv() -> None:
-    """A large dequantised matmul is not a GEMV, and the matmul templates stage exactly two operands: the
-    matmul rule declines with the reason, and so does GEMV (no small axis)."""
+def test_a_large_dequantised_matmul_takes_the_matmul_rule_which_dequantises_in_its_copy(
+        rng: np.random.Generator) -> None:
+    """A large dequantised matmul is not a GEMV (no small axis): the matmul rule takes it, its SIMT template
+    computing the weight stage as it copies the int8 weight into shared memory (it declined before: its
+    operands had to be func inputs).  Tensor cores copy global memory as it is, so the space has none."""
     func = dequant_gemv(m=64, n=64, kk=64)
-    assert "operands must be func inputs" in rules.get_rule("matmul").applies(func, "h100")
     assert "no small axis" in rules.get_rule("gemv").applies(func, "h100")
+    matmul = rules.get_rule("matmul")
+    assert matmul.applies(func, "h100") is None and matmul.analyze(func, sl.hw.load("h100")).prologue == ("W",)
+    assert matmul.space(func, "h100").knob("tensor_core").values == (False,)
+    sch = rules.apply_default(func, "h100")
+    assert sch.rule == "matmul" and "W" not in sch.blocks
+    kernel = check_schedule(func, sch, rng)
+    assert "Wq" in kernel.source and "float W[" not in kernel.source
 
 
 def test_gemv_declines_a_factor_that_is_no_broadcast() -> None:

@@ -1,0 +1,78 @@
+"""An operand computed from func inputs by one element-wise stage (``relu(X) @ W``, a weight scaled per row) is
+a matmul operand: the SIMT template computes the stage as it copies the inputs into shared memory, so the
+stage is never stored.  Emulated against the reference and compiled for sm_80/sm_90 within the limits.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import schedlib as sl
+import schedlib.rules as rules
+from schedlib.ir.func import Func
+
+from .helpers import check_schedule
+
+MATMUL = rules.get_rule("matmul")
+H100 = sl.hw.load("h100")
+
+
+def relu_matmul(m: int, n: int, depth: int, dtype: str = "float32", scaled_weight: bool = False) -> Func:
+    """``D = relu(relu(X) @ W')`` with ``W' = W * s[k]`` when ``scaled_weight`` (else W itself)."""
+    X, W = sl.placeholder((m, depth), dtype, "X"), sl.placeholder((depth, n), dtype, "W")
+    s = sl.placeholder((depth,), dtype, "s")
+    A = sl.compute((m, depth), lambda i, k: sl.maximum(X[i, k], 0.0), "A")
+    B = sl.compute((depth, n), lambda k, j: W[k, j] * s[k], "B") if scaled_weight else W
+    k = sl.reduce_axis(depth, "k")
+    C = sl.compute((m, n), lambda i, j: sl.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k), "C")
+    D = sl.compute((m, n), lambda i, j: sl.maximum(C[i, j], 0.0).astype(dtype), "D")
+    return sl.func([X, W, *([s] if scaled_weight else []), D], "relu_matmul")
+
+
+SIMT = {"block_m": 32, "block_n": 32, "block_k": 16, "thread_m": 4, "thread_n": 4, "vector": 4, "split_k": 1,
+        "stages": 2, "tensor_core": False, "raster": 1}
+
+
+@pytest.mark.parametrize(("make", "config"), [
+    (lambda: relu_matmul(48, 56, 40), None),
+    (lambda: relu_matmul(96, 80, 64, "float16", scaled_weight=True), None),  # both operands computed
+    (lambda: relu_matmul(100, 36, 72), {**SIMT, "stages": 1, "vector": 1}),  # ragged tiles, one buffer
+    (lambda: relu_matmul(64, 64, 8192, scaled_weight=True), {**SIMT, "split_k": 8}),  # split-K
+], ids=["fp32", "fp16-both", "ragged", "split-k"])
+def test_computed_operands_are_computed_in_the_copy(make: Callable[[], Func], config: dict | None,
+                                                     rng: np.random.Generator) -> None:
+    """Regression: the matmul rule declined ("operands must be func inputs") and the serial fallback ran it."""
+    f = make()
+    facts = MATMUL.analyze(f, H100)
+    assert not isinstance(facts, str), facts
+    assert facts.prologue == (("A", "B") if "s" in f.inputs else ("A",))
+    sch = rules.apply_default(f, "h100") if config is None else MATMUL.apply(f, H100, config)
+    assert sch.rule == "matmul" and not set(facts.prologue) & set(sch.blocks)  # computed, never stored
+    kernel = check_schedule(f, sch, rng)
+    assert "A_shared" in kernel.source and not re.search(r"\bA\[", kernel.source)  # A never reaches memory
+    assert math.isfinite(sl.carver.estimate(f, H100, sch.config)["est_time_us"])
+
+
+def test_tensor_cores_are_not_offered_for_a_computed_operand() -> None:
+    """cp.async and the TMA copy global memory as it is: the stage has nowhere to run, so the space is SIMT."""
+    f = relu_matmul(128, 128, 64, "float16")
+    assert MATMUL.space(f, H100).knob("tensor_core").values == (False,)
+    assert MATMUL.space(sl.workloads.matmul(128, 128, 64, "float16"), H100).knob("tensor_core").values[-1] != False  # noqa: E712
+
+
+def test_stages_the_copy_cannot_take_are_declined_with_the_reason() -> None:
+    X, W = sl.placeholder((32, 32), "float32", "X"), sl.placeholder((32, 32), "float32", "W")
+    A = sl.compute((32, 32), lambda i, k: sl.maximum(X[i, k], 0.0), "A")
+    A2 = sl.compute((32, 32), lambda i, k: A[i, k] * 2.0, "A2")  # a chain of two stages
+    k = sl.reduce_axis(32, "k")
+    C = sl.compute((32, 32), lambda i, j: sl.sum(A2[i, k] * W[k, j], axis=k), "C")
+    why = MATMUL.applies(sl.func([X, W, C], "chain"), H100)
+    assert why is not None and "operand A2 must be a func input, or computed from func inputs by one" in why
+    # the stage is also a func output: it must be stored, so it cannot live in the copy alone
+    C2 = sl.compute((32, 32), lambda i, j: sl.sum(A[i, k] * W[k, j], axis=k), "C")
+    assert "operand A must be" in MATMUL.applies(sl.func([X, W, A, C2], "stored"), H100)
