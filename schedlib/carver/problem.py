@@ -200,15 +200,38 @@ def _is_mul(e: Expr) -> bool:
     return isinstance(e, Binary) and e.op == "*"
 
 
-def _block_work(block: Block, terms: tuple[Term, ...], main: bool, inputs: tuple[str, ...]) -> Work:
+def _block_work(block: Block, terms: tuple[Term, ...], main: bool, reads: bool) -> Work:
     ops, fused = _count_ops(block.value)
     if block.reducer is not None:
         ops += 1
         if block.reducer == "sum" and _is_mul(block.value):
             fused += 1
-    reads = any(ld.buffer in inputs for ld in _walk_loads(block.value))
     return Work(block.name, terms, max(ops, 1), max(ops - fused, 1), main, block.kinds,
                 block.reducer is not None, reads)
+
+
+def _prologue(func: Func, main: Block) -> set[str]:
+    """The element-wise stages before ``main`` that only ``main`` (through each other) reads and that are no
+    func output: the rules compute them where ``main`` reads its operands (inlined, or in the copy into shared
+    memory), so their global reads are ``main``'s loop steps, not steps of their own."""
+    stages: set[str] = set()
+    before = func.blocks[:func.blocks.index(main)]
+    for b in reversed(before):
+        readers = {r.name for r in func.consumers(b.store)}
+        if (b.reducer is None and b.store not in func.outputs and readers
+                and readers <= stages | {main.name}):
+            stages.add(b.name)
+    return stages
+
+
+def _waits_on_inputs(func: Func, main: Block) -> dict[str, bool]:
+    """Per block, whether its loop steps wait on global inputs: its own reads of func inputs, except that a
+    prologue stage's reads (:func:`_prologue`) are waited on by ``main``."""
+    stages = _prologue(func, main)
+    direct = {b.name: any(ld.buffer in func.inputs for ld in _walk_loads(b.value)) for b in func.blocks}
+    waits = {name: reads and name not in stages for name, reads in direct.items()}
+    waits[main.name] = direct[main.name] or any(direct[name] for name in stages)
+    return waits
 
 
 class _UnionFind:
@@ -299,6 +322,7 @@ def analyze(func: Func, main_block: str, symbols: Mapping[str, int]) -> Problem:
     loads: dict[tuple[str, tuple[Dim, ...]], Access] = {}
     stores: list[Access] = []
     work: list[Work] = []
+    waits = _waits_on_inputs(func, main)
     for b in func.blocks:
         for ld in _walk_loads(b.value):
             if ld.buffer in func.inputs:
@@ -308,7 +332,7 @@ def analyze(func: Func, main_block: str, symbols: Mapping[str, int]) -> Problem:
         if b.store in func.outputs:
             stores.append(Access(b.store, BYTES[func.buffer(b.store).dtype],
                                  dims(b, b.store, b.store_indices), True))
-        work.append(_block_work(b, tuple(term(b, a.name) for a in b.axes), b.name == main.name, func.inputs))
+        work.append(_block_work(b, tuple(term(b, a.name) for a in b.axes), b.name == main.name, waits[b.name]))
     main_inputs = [ld for ld in _walk_loads(main.value) if ld.buffer in func.inputs]
     acc_dtype = func.buffer(main.store).dtype
     in_dtype = func.buffer(main_inputs[0].buffer).dtype if main_inputs else acc_dtype

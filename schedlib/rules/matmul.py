@@ -30,6 +30,7 @@ from schedlib.rules import matmul_tc as tc
 from schedlib.rules import matmul_wgmma as wg
 from schedlib.rules.analysis import ceil_pow2, const_or, tile_count
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
+from schedlib.rules.gemv import analyze_gemv
 from schedlib.rules.matmul_facts import MatmulFacts, analyze_matmul
 
 REGISTER_OVERHEAD = 40  # addresses, loop counters, fetch temporaries (per thread)
@@ -94,9 +95,11 @@ class MatmulRule(Rule):
         facts = analyze_matmul(func)
         if isinstance(facts, str):
             return facts
+        # a small side is the GEMV rule's, unless it cannot take the operands (a relu(X) prologue)
+        gemv_takes = not facts.prologue or not isinstance(analyze_gemv(func), str)
         for ax in (facts.m, facts.n):
             v = const_or(facts.extents[ax], 1 << 30)
-            if v <= self.small_dim:
+            if v <= self.small_dim and gemv_takes:
                 return f"axis {ax} has extent {v} <= {self.small_dim}: a matrix-vector product (GEMV rule)"
         return facts
 
@@ -281,14 +284,12 @@ class MatmulRule(Rule):
                 raise ValueError(f"this matmul has no legal tensor_core={template!r} config: "
                                  f"{space.reason(config)}")
             return first
-        # SIMT.  Short of a wave of blocks, each block's k loop is the kernel's time, and every k step waits
-        # on one global round trip (the carver's latency bound): tiles shrink to 16 to reach more SMs, a
-        # thread keeps a 2-deep tile per 16 rows/columns (fewer threads, more work each) and a small tile's
-        # k step deepens to 32, a quarter of the round trips of 8 (256^3 on h100: 8.1 -> 2.3 us estimated).
-        # A 64x64 tile or larger already does enough work per round trip (its estimate does not move with the
-        # depth) and would pay the deeper prefetch in registers (64x64x32 at 8x8 per thread: 217 on sm_90).
-        # Where the space offers split-K (a long K over a small output), tiles keep at least 64x64 (their
-        # operand reuse) and the slices of K fill the SMs instead: see :mod:`matmul_split_k`.
+        # SIMT.  Short of a wave of blocks, each block's k loop is the kernel's time, and every k step waits on
+        # one global round trip (the carver's latency bound): tiles shrink to 16 to reach more SMs, a thread
+        # keeps a 2-deep tile per 16 rows/columns and a small tile's k step deepens to 32, a quarter of the
+        # round trips of 8 (256^3 on h100: 8.1 -> 2.3 us estimated).  A 64x64 tile or larger already does
+        # enough work per round trip and would pay the deeper prefetch in registers (64x64x32 at 8x8 per
+        # thread: 217 on sm_90).  Where K splits, tiles keep 64x64 and slices fill the SMs (matmul_split_k).
         split = 1
         if split_max > 1:
             bm, bn = sk.default_tile(M, N, batch, k_known, target.sm_count, split_max, start)

@@ -63,7 +63,9 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
         if acc.buffer in func.inputs:
             continue
         stage = None if scaled else _prologue_stage(func, main, acc.buffer)
-        if stage is None or stage in prologue:
+        if stage is not None and stage in prologue:
+            continue  # one stage read as both operands (relu(X) @ relu(X).T): each read's copy computes it
+        if stage is None:
             return (f"operand {acc.buffer} must be a func input, or computed from func inputs by one element-wise "
                     f"stage that only the matmul reads")
         prologue.append(stage)

@@ -76,3 +76,29 @@ def test_stages_the_copy_cannot_take_are_declined_with_the_reason() -> None:
     # the stage is also a func output: it must be stored, so it cannot live in the copy alone
     C2 = sl.compute((32, 32), lambda i, j: sl.sum(A[i, k] * W[k, j], axis=k), "C")
     assert "operand A must be" in MATMUL.applies(sl.func([X, W, A, C2], "stored"), H100)
+
+
+def test_one_stage_read_as_both_operands_and_a_small_side(rng: np.random.Generator) -> None:
+    """Regression: ``relu(X) @ relu(X).T`` was declined with a reason that did not hold, and a computed
+    operand with a side of 4 was sent to the GEMV rule, which cannot take it: both ran on the fallback."""
+    X = sl.placeholder((40, 24), "float32", "X")
+    A = sl.compute((40, 24), lambda i, k: sl.maximum(X[i, k], 0.0), "A")
+    k = sl.reduce_axis(24, "k")
+    gram = sl.func([X, sl.compute((40, 40), lambda i, j: sl.sum(A[i, k] * A[j, k], axis=k), "G")], "relu_gram")
+    small = relu_matmul(4, 64, 256)
+    for f in (gram, small):
+        sch = rules.apply_default(f, "h100")
+        assert sch.rule == "matmul", rules.explain(f, "h100")
+        check_schedule(f, sch, rng)
+    # a small side whose operands GEMV does take stays GEMV's
+    assert "GEMV rule" in MATMUL.applies(sl.workloads.gemv(64, 256, "float16", weight_dtype="int8"), H100)
+
+
+def test_the_carver_counts_the_prologue_in_the_matmul_k_steps() -> None:
+    """Regression: the stage's reads were priced as loop steps of their own, on top of the k loop's (64.0 us
+    and 128 round trips for relu(X) @ W against 41.9 us and 64 for X @ W, same config, 1024^3 fp32 on h100)."""
+    config = {**SIMT, "block_m": 64, "block_n": 64, "thread_m": 8, "thread_n": 8}
+    plain = sl.carver.estimate(sl.workloads.matmul(1024, 1024, 1024), H100, config)
+    computed = sl.carver.estimate(relu_matmul(1024, 1024, 1024), H100, config)
+    assert computed["round_trips_per_block"] == plain["round_trips_per_block"]
+    assert computed["est_time_us"] < 1.1 * plain["est_time_us"]
