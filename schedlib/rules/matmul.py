@@ -9,13 +9,14 @@ applied in registers before the single store.  ``tensor_core=True`` selects the 
 One space holds all three templates.  A knob value only some of them read (``vector`` for SIMT; ``stages`` and
 ``raster`` for tensor cores; ``block_n=256``, ``block_k=64`` and ``thread_n`` 32/64 for wgmma) is refused in
 the others, so no two legal points build the same kernel; the thread tile means the accumulators per thread
-in all of them.  Where the tensor-core path cannot exist
-(fp32, a GPU without mma.m16n8k16) its knobs have that single value; where only the operand layout rules it
-out (rows not 16-byte aligned), ``tensor_core=True`` stays listed and ``check`` says why it is illegal.
+in all of them.  Where the tensor-core path cannot exist (fp32, a GPU without mma.m16n8k16, a computed
+operand) its knobs have that single value; where only the operand layout rules it out (rows not 16-byte
+aligned), ``tensor_core=True`` stays listed and ``check`` says why it is illegal.  Split-K: matmul_split_k.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from typing import Any
@@ -226,15 +227,15 @@ class MatmulRule(Rule):
         return self.template_default(func, target, None)
 
     def seed_configs(self, func: Func, target: Any) -> list[Config]:
-        """The default and, where the space offers split-K beside tensor cores, the other side's default too:
-        the carver's growth from a tensor-core point does not reach the SIMT configs (the split that wins where
-        K does not cut into whole tensor-core k steps), nor from a split SIMT point the tensor-core ones."""
+        """The default and, where the space offers split-K beside tensor cores, the other side's default (if it
+        has a legal point) too: the carver's growth from one side does not reach the other."""
         space = self.space(func, target)
         seeds = [self.default_config(func, target)]
         templates = [v for v in (*wg.TEMPLATES, True) if v in space.knob("tensor_core").values]
         if space.knob("split_k").values[-1] > 1 and templates:
             other = False if seeds[0]["tensor_core"] is not False else templates[0]
-            seeds.append(self.template_default(func, target, other))
+            with contextlib.suppress(ValueError):  # rows not 16-byte aligned: no legal point of that template
+                seeds.append(self.template_default(func, target, other))
         return seeds
 
     def template_default(self, func: Func, target: Any, template: bool | str | None) -> Config:

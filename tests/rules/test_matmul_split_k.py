@@ -142,3 +142,11 @@ def test_fp16_with_few_output_tiles_splits_on_tensor_cores_and_the_carver_finds_
     assert ragged["tensor_core"] is False and ragged["split_k"] == 8
     # a large output keeps the tensor cores (and one kernel)
     assert MATMUL.default_config(wl.matmul(512, 512, 8192, "float16"), target)["tensor_core"] is not False
+
+
+def test_seeds_skip_a_template_without_a_legal_point() -> None:
+    """Regression: an fp16 matmul whose rows are not 16-byte aligned (100 x 36) lists the tensor-core
+    templates, none of whose points are legal; seeding the carver from the other side's default raised."""
+    f = wl.matmul(100, 36, 12288, "float16")
+    assert MATMUL.space(f, H100).knob("split_k").values[-1] > 1
+    assert [c["tensor_core"] for c in MATMUL.seed_configs(f, H100)] == [False]
