@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from schedlib.errors import IRError
@@ -146,7 +147,7 @@ def _coerce(kind: str, key: str, value: Any) -> Any:
 POSITIVE_FLOATS = {"eps"}
 # A float parameter is a float32 constant in the kernel (fp16 and bf16 compute in float32 too, and no workload
 # computes in float64): past this magnitude it is infinite there, however finite as a Python float.
-FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _number(kind: str, key: str, value: Any) -> float:

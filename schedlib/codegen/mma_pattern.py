@@ -344,7 +344,7 @@ def _check_origins(main: Block, ld: Load, copy: Block, dims: list[str], origin: 
         if axis in origin:
             loop = origin[axis]
             want: tuple[dict, int] = ({Var(loop): tile[axis]}, 0) if ext[loop] != 1 else ({}, 0)
-            if k_slice and axis == origin_k(origin, main):  # the block's slice: KS * (the slice's binding)
+            if k_slice and main.axis(axis).kind == "R":  # k: the block's slice, KS * (the slice's binding)
                 stride = as_int(main.axis(axis).extent) or 0
                 start = start + Var(k_slice) * Const(stride)
                 sliced = affine(binding[k_slice] * Const(stride))
@@ -357,11 +357,6 @@ def _check_origins(main: Block, ld: Load, copy: Block, dims: list[str], origin: 
         negated = ({v: -k for v, k in want[0].items()}, -want[1])
         if base_terms != want or affine(read - start) != negated:
             fail(main, f"{ld.buffer} dimension {d} is not the block's tile of axis {axis} (it starts at {base})")
-
-
-def origin_k(origin: dict[str, str], main: Block) -> str:
-    """The k axis among ``origin``'s (the one reduction axis)."""
-    return next(a for a in origin if main.axis(a).kind == "R")
 
 
 def _writeback(func: Func, main: Block, ko: str) -> tuple[Block, dict[str, str]]:
