@@ -17,6 +17,13 @@ For copies marked ``double_buffer`` attached before loop ``k`` of extent ``n``, 
 Slot ``sl_nxt`` was last read in iteration ``k - 1``, which every thread finished before the barrier that
 closed it, so one barrier per iteration is enough: the write of the next tile needs no barrier before it.
 The copies' own loops outside their thread bindings are unrolled, so ``sl_pf_A`` stays in registers.
+
+A copy whose tile overhangs its source (a ragged edge of A: ``if (k * 32 + j < K) sl_pf_A[j] = A[...]``)
+guards its loads only.  Its register array starts zeroed (``T sl_pf_A[m] = {};``) and the store half writes
+every slot of the tile: the elements past the edge get zeros that no guarded reader looks at, and the
+predicates of the loads need not stay live across the loop body until the store.  Those guards are the ones
+that involve the loops around the copy (where the tile sits); a guard on the copy's own loops alone (a split
+of them that overshoots the tile) keeps the store inside the tile and stays.
 """
 
 from __future__ import annotations
@@ -24,12 +31,13 @@ from __future__ import annotations
 from typing import Any
 
 from schedlib.codegen.cuda_expr import ctype, mangle
-from schedlib.codegen.layout import size_elements
+from schedlib.codegen.layout import const_bytes, size_elements
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES, is_float
 from schedlib.ir.expr import Const, Expr, Var, as_int
 from schedlib.ir.func import THREAD_INDEX_TAGS, Block, Buffer, Loop
 from schedlib.ir.primitives.pipeline import DOUBLE_BUFFER
+from schedlib.ir.simplify import conjuncts, free_vars
 
 CURRENT, NEXT = "sl_cur", "sl_nxt"
 
@@ -53,12 +61,20 @@ class DoubleBuffer:
     func: Any
     lines: list[str]
     last_sync: bool
+    double_buffered: set[str]  # the double-buffered shared buffers
     slot_of: dict[str, str]  # double-buffered buffer -> the slot variable its accesses use now ("" = slot 0)
     db_loop: str | None  # the loop whose slots are in use (double-buffered loops do not nest)
     staging: tuple[str, str] | None  # ("load" | "store", register array) while a copy runs split in two
     staged_types: dict[str, tuple[str, bool]]  # register array -> (element type, one vector per entry)
 
     printer: Any  # the writer's ExprPrinter; _emit, _open, _close, _sync, _store and chain are the writer's too
+
+    def _shared_array(self, b: Buffer) -> tuple[str, str, int, int]:
+        """(C type, name, elements, bytes) of a shared buffer's allocation: two slots when double-buffered."""
+        if b.name in self.double_buffered:
+            n = 2 * slot_stride(b)
+            return ctype(b.dtype), mangle(b.name), n, n * BYTES[b.dtype]
+        return ctype(b.dtype), mangle(b.name), as_int(size_elements(b)) or 0, const_bytes(b)
 
     def _slot_offset(self, buf: Buffer) -> Expr | None:
         slot = self.slot_of.get(buf.name)
@@ -136,7 +152,18 @@ class DoubleBuffer:
             if mode == "load":  # the array's element type is the copy's access type, known only now
                 element, vector = self.staged_types[reg]
                 indent = self.lines[at][: len(self.lines[at]) - len(self.lines[at].lstrip())]
-                self.lines.insert(at, f"{indent}{element} {reg}[{prefetch_values(b, vector)}];")
+                zeroed = " = {}" if conjuncts(b.predicate) else ""  # the store half writes every entry
+                self.lines.insert(at, f"{indent}{element} {reg}[{prefetch_values(b, vector)}]{zeroed};")
+
+    def _staged_bounds(self, block: Block, guards: list[Expr]) -> list[Expr]:
+        """A copy's guards (in loop terms) as the current half of a double-buffered copy needs them: all of
+        them to load; to store, those on the copy's own loops alone (a split that overshoots the tile), not
+        those that say where the tile overhangs the source (the registers there hold zeros)."""
+        if self.staging is None or self.staging[0] != "store":
+            return guards
+        own = {lp.name for lp in block.loops}
+        outer = {lp.name for lp in self.func.all_loops(block)} - own
+        return [g for g in guards if not free_vars(g) & outer]
 
     def _staged_index(self, block: Block, skip: Loop | None) -> str:
         """This thread's slot in the register array: the copy's loops outside its thread bindings (and

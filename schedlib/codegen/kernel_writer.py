@@ -20,15 +20,17 @@ from dataclasses import dataclass, field, replace
 
 from schedlib.codegen.cross_thread import CrossThreadReduction
 from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, float_min_max, mangle, stored, unroll_pragma
-from schedlib.codegen.double_buffer import DoubleBuffer, is_double_buffered, slot_stride
+from schedlib.codegen.double_buffer import DoubleBuffer, is_double_buffered
+from schedlib.codegen.guards import StatementGuards
 from schedlib.codegen.kernel_spec import KernelSpec
-from schedlib.codegen.layout import const_bytes, flatten, size_elements
+from schedlib.codegen.layout import flatten, size_elements
+from schedlib.codegen.loop_versioning import LoopVersioning
 from schedlib.codegen.vector_access import VectorAccess
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES, is_float
 from schedlib.ir.expr import Const, Expr, Load, as_int, binary
 from schedlib.ir.func import GRID_YZ_LIMIT, THREAD_INDEX_TAGS, Block, Buffer, Func, Loop
-from schedlib.ir.simplify import conjuncts, free_vars, loads, simplify, substitute, var_ranges
+from schedlib.ir.simplify import free_vars, loads, simplify, substitute, var_ranges
 
 STATIC_SMEM_LIMIT = 48 * 1024
 SYMBOL_PREFIX = "$"  # launch parameters that are symbolic sizes, not buffers
@@ -57,7 +59,7 @@ class _Ctx:
                              "would deadlock")
 
 
-class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
+class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer, LoopVersioning, StatementGuards):
     def __init__(self, func: Func, root: Block, scratch: set[str]) -> None:
         self.func = func
         self.root = root
@@ -76,6 +78,8 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
         self.db_loop: str | None = None
         self.staging: tuple[str, str] | None = None
         self.staged_types: dict[str, tuple[str, bool]] = {}
+        self.assumed: frozenset[Expr] = frozenset()
+        self.rolled: str | None = None
         self.double_buffered = {b.store for b in self.blocks if is_double_buffered(b)}
         self.bindings: dict[str, Expr] = {}
         self.ranges: dict[str, tuple[int, int]] = {}
@@ -151,7 +155,11 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
         return f"{mangle(buf.name)}[{self._index(buf, ld.indices)}]"
 
     def _expr(self, e: Expr) -> str:
-        return self.printer(simplify(substitute(e, self.bindings), self.ranges))
+        return self.printer(self._bound_expr(e))
+
+    def _bound_expr(self, e: Expr) -> Expr:
+        """``e`` in the loops' terms, simplified, without the guards a loop version has checked already."""
+        return self._without_assumed(simplify(substitute(e, self.bindings), self.ranges))
 
     def _emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
@@ -203,7 +211,7 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
                 self._open(f"if ({v} < {self.printer(lp.extent)})")
                 return ctx, 2
             return ctx, 1
-        pragma = unroll_pragma(lp, whole=self.staging)  # a staged copy indexes its registers by constants
+        pragma = self._edge_pragma(lp) or unroll_pragma(lp, whole=self.staging)  # staged: constant indices
         if pragma:
             self._emit(pragma)
         self._open(f"for (int {v} = 0; {v} < {self.printer(lp.extent)}; ++{v})")
@@ -223,12 +231,13 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
         if needs_sync:
             self._sync()
 
-    def chain(self, block: Block, ctx: _Ctx) -> None:
+    def chain(self, block: Block, ctx: _Ctx, start: int = 0) -> None:
+        """Write ``block``'s loops from ``start`` inward, the blocks attached to them, and its statement."""
         region = self._reduction_region(block)
         # each loop with the context inside it: a block attached after an inner loop closes runs in its own
         # loop's context, not the innermost one's (whose thread loops and guards are closed by then)
         closers: list[tuple[Loop, int, list[Block], _Ctx]] = []
-        for i, lp in enumerate(block.loops):
+        for i, lp in enumerate(block.loops[start:], start):
             if region is not None and i == region:
                 self._cross_thread_reduction(block, i, ctx)
                 break
@@ -248,6 +257,8 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
             for b in self.func.attached_at(block.name, lp.name, "before"):
                 if b not in copies:
                     self._attached(b, ctx)
+            if region is None and self._versioned(block, i, ctx):
+                break
         else:
             self._statement(block, ctx)
         for lp, braces, copies, inside in reversed(closers):
@@ -269,21 +280,6 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
     def _store(self, block: Block) -> tuple[Buffer, str]:
         buf = self.func.buffer(block.store)
         return buf, f"{mangle(buf.name)}[{self._index(buf, block.store_indices)}]"
-
-    def _once_guards(self, block: Block, ctx: _Ctx, skip: str | None = None) -> list[str]:
-        """Conditions making a store to shared/global memory happen once instead of in every thread."""
-        if self.func.buffer(block.store).scope == "local":
-            return []
-        own = {lp.thread for lp in block.loops if lp.thread}
-        # An update that accumulates into memory (a reduction whose init was decomposed: ``+=``) inside an
-        # enclosing thread loop its axes do not depend on is the same update in every thread of that loop:
-        # done by each, it would count n times.
-        accumulates = block.reducer is not None and block.init is None
-        used = {v for b in block.bindings for v in free_vars(b)}
-        replicated = {tag for tag, loop in ctx.bound.items() if accumulates and loop not in used}
-        return [f"{tag} == 0" for tag in THREAD_TAGS
-                if self.threads[tag] > 1 and (tag not in ctx.bound or tag in replicated) and tag not in own
-                and tag != skip]
 
     def _combine(self, reducer: str, a: str, b: str, dtype: str) -> str:
         if reducer == "sum":
@@ -315,7 +311,8 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
         self._check_private_store(block, ctx)
         self._open(f"// block {block.name}")
         self._enter(block)
-        conds = [self._expr(p) for p in conjuncts(block.predicate)] + self._once_guards(block, ctx)
+        bounds = [self.printer(g) for g in self._staged_bounds(block, self._guards(block))]
+        conds = bounds + self._once_guards(block, ctx)
         if conds:
             self._open(f"if ({' && '.join(conds)})")
         if self.staging:
@@ -344,13 +341,6 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer):
         self._emit(f"{target} = static_cast<{ctype(buf.dtype)}>({combined});")
 
     # assembly ---------------------------------------------------------------------------------
-    def _shared_array(self, b: Buffer) -> tuple[str, str, int, int]:
-        """(C type, name, elements, bytes) of a shared buffer's allocation: two slots when double-buffered."""
-        if b.name in self.double_buffered:
-            n = 2 * slot_stride(b)
-            return ctype(b.dtype), mangle(b.name), n, n * BYTES[b.dtype]
-        return ctype(b.dtype), mangle(b.name), as_int(size_elements(b)) or 0, const_bytes(b)
-
     def write(self) -> tuple[str, KernelSpec]:
         self.chain(self.root, _Ctx())
         body = self.lines

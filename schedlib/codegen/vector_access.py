@@ -36,7 +36,7 @@ from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Binary, Const, Expr, Load, Select, as_int
 from schedlib.ir.func import Block, Buffer, Loop
-from schedlib.ir.simplify import children, conjuncts, free_vars, loads, simplify, substitute
+from schedlib.ir.simplify import children, free_vars, loads, simplify, substitute
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,14 @@ class VectorAccess:
     vector_regs: dict[Load, str]
     n_vec: int
     staging: tuple[str, str] | None  # a double-buffered copy being written as its load or its store half
+    _staged_bounds: Any  # the double-buffer mixin's: a copy's bounds guards for the half being written
+    _guards: Any  # the writer's: a block's predicate in loop terms, less what needs no check here
 
     def _uniform_guards(self, block: Block, lp: Loop, width: int) -> list[Expr] | None:
         """The block's predicate as guards that hold or fail for all ``width`` points of ``lp`` at once (so
         they can guard one vector access); None when some part of it can split a vector."""
         self._enter(block)
-        guards = [uniform_guard(simplify(substitute(p, self.bindings), self.ranges), lp.name, width)
-                  for p in conjuncts(block.predicate)]
+        guards = [uniform_guard(g, lp.name, width) for g in self._guards(block)]
         return None if any(g is None for g in guards) else guards  # type: ignore[return-value]
 
     def _vector_copy(self, block: Block, lp: Loop, ctx: Any) -> bool:
@@ -92,7 +93,7 @@ class VectorAccess:
         src_base = self._aligned_base(src, block.value.indices, lp, width)
         if dst_base is None or src_base is None or guards is None:
             return False
-        conds = [self.printer(g) for g in guards] + self._once_guards(block, ctx)
+        conds = [self.printer(g) for g in self._staged_bounds(block, guards)] + self._once_guards(block, ctx)
         dst, src_at = f"{mangle(buf.name)}, {self.printer(dst_base)}", f"{mangle(src.name)}, {self.printer(src_base)}"
         if self.staging:  # a double-buffered copy, split into its load or its store
             copy = self._staged_vector(block, lp, vtype, dst, src_at)
