@@ -159,3 +159,15 @@ def ceil_pow2(n: int) -> int:
 def tile_count(M: int, N: int, batch: int, tile: tuple[int, int]) -> int:
     """Blocks of a ``tile[0] x tile[1]`` tiling of ``batch`` M x N outputs (partial tiles at the edges count)."""
     return batch * -(-M // tile[0]) * -(-N // tile[1])
+
+
+def shrink_to_fill(M: int, N: int, batch: int, sms: int, tile: tuple[int, int], floor: int) -> tuple[int, int]:
+    """``tile`` halved, its longer side first, until the grid gives every SM a block or both sides are at most
+    ``floor``."""
+    bm, bn = tile
+    while tile_count(M, N, batch, (bm, bn)) < sms and max(bm, bn) > floor:
+        if bm >= bn:
+            bm //= 2
+        else:
+            bn //= 2
+    return bm, bn

@@ -1,8 +1,7 @@
 """Matmul rule: C[b.., m, n] = sum_k A * B (any operand layout), with a fused element-wise epilogue.
 
-SIMT template: a block tile of block_m x block_n outputs, each thread a thread_m x thread_n register tile,
-A and B staged through shared memory block_k at a time by a cooperative (vectorized) copy, the epilogue
-applied in registers before the single store.  ``tensor_core=True`` selects the mma.sync template of
+``tensor_core=False`` is the SIMT template (:mod:`schedlib.rules.matmul_simt`: register-tiled threads over
+shared A and B tiles, the epilogue applied in registers).  ``tensor_core=True`` selects the mma.sync template of
 :mod:`schedlib.rules.matmul_tc` (fp16/bf16 on sm_80+), which adds the ``stages`` and ``raster`` knobs;
 ``tensor_core="wgmma"`` the Hopper warpgroup-MMA variant of it (:mod:`schedlib.rules.matmul_wgmma`, sm_90a).
 
@@ -17,7 +16,6 @@ aligned), ``tensor_core=True`` stays listed and ``check`` says why it is illegal
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 from typing import Any
 
@@ -26,51 +24,14 @@ from schedlib.hw import HardwareProfile
 from schedlib.ir.expr import as_int
 from schedlib.ir.func import GRID_YZ_LIMIT, Func
 from schedlib.ir.schedule import Schedule
+from schedlib.rules import matmul_simt as simt
 from schedlib.rules import matmul_split_k as sk
 from schedlib.rules import matmul_tc as tc
 from schedlib.rules import matmul_wgmma as wg
-from schedlib.rules.analysis import ceil_pow2, const_or, tile_count
+from schedlib.rules.analysis import ceil_pow2, const_or, shrink_to_fill, tile_count
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
 from schedlib.rules.gemv import analyze_gemv
 from schedlib.rules.matmul_facts import MatmulFacts, analyze_matmul
-
-REGISTER_OVERHEAD = 40  # addresses, loop counters, fetch temporaries (per thread)
-
-
-SIMT_STAGES = (1, 2)  # single- or double-buffered shared tiles
-
-
-def shrink_to_fill(M: int, N: int, batch: int, sms: int, tile: tuple[int, int], floor: int) -> tuple[int, int]:
-    """``tile`` halved, its longer side first, until the grid gives every SM a block or both sides are at most
-    ``floor``."""
-    bm, bn = tile
-    while tile_count(M, N, batch, (bm, bn)) < sms and max(bm, bn) > floor:
-        if bm >= bn:
-            bm //= 2
-        else:
-            bn //= 2
-    return bm, bn
-
-
-def balanced_tile(M: int, N: int, batch: int, sms: int, tile: tuple[int, int]) -> tuple[int, int]:
-    """A SIMT block tile that spreads the work evenly over the SMs, when there are enough blocks to.
-
-    With at least a block per SM the kernel takes as long as its busiest SM, which runs ``ceil(blocks / SMs)``
-    tiles: 128 tiles of 64x128 on 108 SMs leave 20 SMs with two (16384 outputs) and the rest with one, where
-    256 tiles of 64x64 give at most three (12288).  Among the tiles from 64x64 up to ``tile`` (each keeps an
-    8x8 thread tile), the one whose busiest SM has the least work, a halved tile charged 5% for the extra
-    operand traffic per output it costs.  A grid short of one block per SM is latency-bound instead: ``tile``
-    is kept.
-    """
-    def cost(bm: int, bn: int) -> float:
-        busiest = -(-tile_count(M, N, batch, (bm, bn)) // sms) * bm * bn
-        return busiest * (1 + 0.05 * math.log2(tile[0] * tile[1] / (bm * bn)))
-
-    if tile[0] < 64 or tile[1] < 64 or tile_count(M, N, batch, tile) < sms:
-        return tile
-    candidates = [(bm, bn) for bm in (128, 64) for bn in (128, 64) if bm <= tile[0] and bn <= tile[1]]
-    return min(candidates, key=lambda t: (cost(*t), -t[0] * t[1], -t[0]))
-
 
 # The tensor-core templates' ``tensor_core`` knob values by the names a profile's ``disabled_templates`` uses
 # (schedlib.hw.profile.TEMPLATE_NAMES), in the order the rule prefers them.
@@ -106,38 +67,11 @@ class MatmulRule(Rule):
 
     def space(self, func: Func, target: Any) -> Space:
         facts = self._facts(func)
-        limit_threads = target.max_threads_per_block
-        smem_limit = target.shared_memory_per_block
-        max_regs = target.max_registers_per_thread
         # cp.async and the TMA copy global memory as it is: a computed operand (a prologue) is SIMT's
         has_tc = tc.unavailable(func, facts, target) is None and not facts.prologue
         layout_why = tc.misaligned(func, facts) if has_tc else None
         tc_knobs = has_tc and layout_why is None
         hopper = has_tc and wg.available(target)
-
-        def simt(c: Config) -> str | None:
-            if c["raster"] != 1:
-                return "raster belongs to the tensor-core template; SIMT configs keep it at 1"
-            if c["stages"] > SIMT_STAGES[-1]:
-                return f"SIMT tiles are single- or double-buffered (stages 1 or 2), not {c['stages']}"
-            if c["thread_n"] > 8:
-                return f"thread_n={c['thread_n']} is a tensor-core warp tile; SIMT thread tiles are at most 8"
-            threads = (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"])
-            if c["thread_m"] > c["block_m"] or c["thread_n"] > c["block_n"]:
-                return "thread tile larger than block tile"
-            if not 32 <= threads <= limit_threads:
-                return f"{threads} threads per block (needs 32..{limit_threads})"
-            smem = (c["block_m"] + c["block_n"]) * c["block_k"] * facts.in_bytes * c["stages"]
-            if smem > smem_limit:
-                return f"{smem} bytes of shared memory exceed {smem_limit}"
-            regs = self._registers(c)
-            if regs > max_regs:
-                return f"about {regs} registers per thread exceed {max_regs}"
-            if -(-threads // target.warp_size) * target.registers_per_warp(regs) > target.registers_per_sm:
-                return f"{threads} threads x about {regs} registers do not fit one SM's {target.registers_per_sm}"
-            if c["block_k"] % c["vector"] or (c["block_m"] * c["block_k"]) % (threads * c["vector"]):
-                return "vector width does not divide the copy evenly"
-            return None
 
         rows = as_int(facts.extents[facts.m])
         batch = math.prod(const_or(facts.extents[b], 1) for b in facts.batch)
@@ -172,7 +106,7 @@ class MatmulRule(Rule):
             if exclusive:
                 return exclusive
             if not c["tensor_core"]:
-                return simt(c)
+                return simt.check(c, facts, target)
             return layout_why or tc.check(c, facts, target)
 
         return Space(self.name, (
@@ -186,7 +120,7 @@ class MatmulRule(Rule):
             Knob("vector", (1, 2, 4), "elements per thread per copy into shared memory (SIMT)"),
             Knob("split_k", sk.splits(facts), "slices of K computed by separate blocks and added by a second "
                  "kernel (offered where K is long against the output; 1: one kernel)"),
-            Knob("stages", tc.STAGES if tc_knobs else SIMT_STAGES, "shared tiles in flight: the cp.async pipeline "
+            Knob("stages", tc.STAGES if tc_knobs else simt.STAGES, "shared tiles in flight: the cp.async pipeline "
                  "depth on tensor cores; SIMT 2 double-buffers, loading the next tile while computing on this one"),
             Knob("tensor_core", _enabled((False, True, *((wg.INSTRUCTION, wg.TMA_TEMPLATE, wg.PRODUCER_TEMPLATE)
                                                          if hopper else ())) if has_tc else (False,), target),
@@ -196,25 +130,6 @@ class MatmulRule(Rule):
             Knob("raster", tc.RASTER if tc_knobs else (1,), "block rows walked together for L2 reuse (tensor cores)"),
         ), check)
 
-    @staticmethod
-    def _interleaved_width(s: Schedule, facts: MatmulFacts, tn: int, b_shared: str) -> int | None:
-        """B_shared's row width when the SIMT template interleaves it: a thread owns two 16-byte runs of columns
-        (fp32 ``thread_n`` = 8) and N is whole vectors (a ragged edge's guard would split one); else None."""
-        chunk = 16 // facts.in_bytes
-        width = as_int(s.func.buffer(b_shared).shape[-1])  # the block tile, or less where N is smaller
-        n = as_int(facts.extents[facts.n])
-        if (facts.b_contig != facts.n or tn != 2 * chunk or width is None or width % tn or n is None
-                or n % chunk):
-            return None
-        return width
-
-    @staticmethod
-    def _registers(c: Config) -> int:
-        threads = (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"])
-        # double-buffered, each thread holds its share of the next A and B tiles in registers
-        prefetch = -(-(c["block_m"] + c["block_n"]) * c["block_k"] // threads) if c["stages"] > 1 else 0
-        return c["thread_m"] * c["thread_n"] + c["thread_m"] + c["thread_n"] + prefetch + REGISTER_OVERHEAD
-
     def _facts(self, func: Func) -> MatmulFacts:
         return self._require(self._analysis(func))
 
@@ -223,7 +138,7 @@ class MatmulRule(Rule):
         when the space has them (wgmma on Hopper, see :func:`matmul_wgmma.default`, else mma.sync, see
         :func:`matmul_tc.default`), else a register-blocked SIMT tile: small tiles with deep k steps short of
         a wave of blocks, and with a wave or more the tile whose busiest SM has the least work
-        (:func:`balanced_tile`)."""
+        (:func:`matmul_simt.balanced_tile`)."""
         return self.template_default(func, target, None)
 
     def seed_configs(self, func: Func, target: Any) -> list[Config]:
@@ -285,33 +200,9 @@ class MatmulRule(Rule):
                 raise ValueError(f"this matmul has no legal tensor_core={template!r} config: "
                                  f"{space.reason(config)}")
             return first
-        # SIMT.  Short of a wave of blocks, each block's k loop is the kernel's time, and every k step waits on
-        # one global round trip (the carver's latency bound): tiles shrink to 16 to reach more SMs, a thread
-        # keeps a 2-deep tile per 16 rows/columns and a small tile's k step deepens to 32, a quarter of the
-        # round trips of 8 (256^3 on h100: 8.1 -> 2.3 us estimated).  A 64x64 tile or larger already does
-        # enough work per round trip and would pay the deeper prefetch in registers (64x64x32 at 8x8 per
-        # thread: 217 on sm_90).  Where K splits, tiles keep 64x64 and slices fill the SMs (matmul_split_k).
-        split = 1
-        if split_max > 1:
-            bm, bn = sk.default_tile(M, N, batch, k_known, target.sm_count, split_max, start)
-            split = sk.default_split(tile_count(M, N, batch, (bm, bn)), k_known, target.sm_count, split_max)
-        else:
-            bm, bn = shrink_to_fill(M, N, batch, target.sm_count, (bm, bn), floor=16)
-        bm, bn = balanced_tile(M, N, batch, target.sm_count, (bm, bn))
-        few_blocks = tile_count(M, N, batch, (bm, bn)) * split < 2 * target.sm_count
-        per = 8 if few_blocks else 16
-        tm = 8 if bm >= 64 else max(1, bm // per)
-        tn = 8 if bn >= 64 else max(1, bn // per)
-        # double-buffered where the k loop has a next tile to fetch (a single k step: nothing to overlap)
-        k_extent = const_or(facts.extents[facts.k], 4096) // split
-        # (a split's 64x64 tiles take 16: each slice's k loop is long, and its round trips count)
-        depths = (32, 16, 8) if few_blocks and bm * bn <= 32 * 64 else (16, 8) if split > 1 else (8, 16)
-        choices = [(bk, stages) for bk in depths for stages in ((2, 1) if k_extent > bk else (1,))]
-        for (bk, stages), vector in itertools.product(choices, (4, 2, 1)):
-            config = {"block_m": bm, "block_n": bn, "block_k": bk, "thread_m": tm, "thread_n": tn,
-                      "vector": vector, "split_k": split, "stages": stages, "tensor_core": False, "raster": 1}
-            if space.is_legal(config):
-                return config
+        config, legal = simt.default(facts, target, space, start, (bm, bn))
+        if legal:
+            return config
         first = next(space.enumerate(), None)
         if first is None:  # a profile whose limits no tile meets (a handful of registers per thread...)
             raise ScheduleError("matmul.default_config", "target", target.key,
@@ -325,76 +216,9 @@ class MatmulRule(Rule):
             return wg.tiling(facts, config)
         if config["tensor_core"]:
             return tc.tiling(facts, config)
-        threads = (config["block_m"] // config["thread_m"]) * (config["block_n"] // config["thread_n"])
-        tile = {facts.m: config["block_m"], facts.n: config["block_n"],
-                facts.k: -(-const_or(facts.extents[facts.k], 4096) // config["split_k"])}  # a slice of K
-        tile.update(dict.fromkeys(facts.batch, 1))
-        return Tiling(facts.main, tile, {facts.m: config["thread_m"], facts.n: config["thread_n"]},
-                      {facts.k: config["block_k"]}, threads,
-                      (config["block_m"] + config["block_n"]) * config["block_k"] * facts.in_bytes * config["stages"],
-                      self._registers(config), config["vector"], config["stages"], config["split_k"],
-                      config["tensor_core"])
+        return simt.tiling(facts, config)
 
     def schedule(self, func: Func, facts: MatmulFacts, config: Config, target: HardwareProfile) -> Schedule:
         if config["tensor_core"]:
             return tc.schedule(func, facts, config)
-        bm, bn, bk = config["block_m"], config["block_n"], config["block_k"]
-        tm, tn, vec = config["thread_m"], config["thread_n"], config["vector"]
-        ty_n, tx_n = bm // tm, bn // tn
-        s = Schedule(func)
-        C = facts.main
-        loops = dict(zip([a.name for a in func.block(C).axes], s.get_loops(C)))
-        split = config["split_k"]
-        slices = None
-        if split > 1:  # tile the partial block; the sum kernel gets the epilogue (schedule_sum, below)
-            C, loops, slices = sk.factor(s, facts, loops, split, bk)
-        by, ty, im = s.split(loops[facts.m], [None, ty_n, tm])
-        bx, tx, jn = s.split(loops[facts.n], [None, tx_n, tn])
-        ko, ki = s.split(loops[facts.k], [None, bk])
-        bz = tc.batch_loop(s, facts, loops)
-        s.reorder(*([slices] if slices else []), *([bz] if bz else []), by, bx, ty, tx, ko, ki, im, jn)
-        if slices:
-            bz = s.fuse(slices, bz) if bz else slices
-        tc.bind_grid(s, bz, by, bx)
-        s.bind(ty, "threadIdx.y")
-        s.bind(tx, "threadIdx.x")
-        wb, copies = tc.stage_operands_and_epilogue(s, sk.without_epilogue(facts) if slices else facts, C, tx, ko)
-        chunk = 16 // facts.in_bytes  # elements per 16-byte shared access
-        width = self._interleaved_width(s, facts, tn, copies[1])
-        for shared in copies:  # the cooperative, vectorized copy: every thread moves vec elements per step
-            loops = s.get_loops(shared)
-            if shared == copies[1] and width and vec == chunk:
-                # in storage order: consecutive lanes fill consecutive 16-byte slots of the permuted rows
-                *outer, cols = loops
-                t, h, fv = s.split(cols, [width // tn, 2, chunk])
-                s.reorder(*outer, h, t, fv)
-                _, fy, fx = s.split(s.fuse(*outer, h, t), [None, ty_n, tx_n])
-            else:
-                _, fy, fx, fv = s.split(s.fuse(*loops), [None, ty_n, tx_n, vec])
-            s.bind(fy, "threadIdx.y")
-            s.bind(fx, "threadIdx.x")
-            if vec > 1:
-                s.vectorize(fv)
-        runs = [jn]
-        if width:
-            # The thread's tn columns are two 16-byte loads.  Stored as they are, a quarter warp's first
-            # loads fall 32 bytes apart (two lanes per bank group); interleaving the threads' runs makes
-            # each load one 128-byte row.  The reads are written as vector loads, as the GPU runs them.
-            last = len(s.func.buffer(copies[1]).shape) - 1
-            s.storage_permute(copies[1], last, [width // tn, 2, chunk], [1, 0, 2])
-            runs = s.split(jn, [2, chunk])
-        if config["stages"] == 2:
-            for shared in copies:
-                s.double_buffer(shared)
-        for stage in facts.prologue:  # a computed operand is computed as it is copied in (its only reader now)
-            s.compute_inline(stage)
-        init = s.decompose_reduction(C, ko)
-        for lp in (ki, im, *runs[:-1], *s.get_loops(init), *s.get_loops(wb)):
-            s.unroll(lp)
-        if len(runs) > 1:
-            s.vectorize(runs[-1])
-        else:
-            s.unroll(runs[-1])
-        if slices:
-            sk.schedule_sum(s, facts)
-        return s
+        return simt.schedule(func, facts, config)

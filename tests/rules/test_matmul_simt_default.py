@@ -9,7 +9,7 @@ import pytest
 import schedlib as sl
 from schedlib import workloads as wl
 from schedlib.rules import get_rule
-from schedlib.rules.matmul import balanced_tile
+from schedlib.rules.matmul_simt import balanced_tile
 
 MATMUL = get_rule("matmul")
 H100 = sl.hw.load("h100")
