@@ -164,3 +164,26 @@ def covers_box(func: Func, block: Block, indices: Sequence[Expr], fixed: set[str
             if not (extent == dim and span_c is not None and dim_c is not None and span_c >= dim_c):
                 return False
     return True
+
+
+def tiles_whole_buffer(func: Func, host: Block, fixed: set[str], shape: Sequence[Expr],
+                       region: Sequence[tuple[Expr, Expr]]) -> bool:
+    """True if the per-iteration boxes of ``region`` (``access_region`` with ``fixed`` loops held), over all
+    iterations of those loops, cover every element of a buffer of ``shape``: each dimension is read whole, or
+    tiled exactly by one fixed loop (box ``[v * e, e)`` with ``v`` running over ``ceil(n / e)`` values).  A
+    sufficient condition, not a necessary one: anything else answers False."""
+    extents = {lp.name: as_int(lp.extent) for lp in func.all_loops(host)}
+    for (base, extent), size in zip(region, shape):
+        e, n = as_int(extent), as_int(size)
+        if e is None or n is None:
+            return False
+        terms, c = to_affine(simplify(base))
+        if not terms and c == 0 and e >= n:
+            continue
+        if c != 0 or len(terms) != 1:
+            return False
+        ((atom, k),) = terms.items()
+        trips = extents.get(atom.name) if isinstance(atom, Var) else None
+        if atom.name not in fixed or k != e or trips is None or trips * e < n:  # type: ignore[union-attr]
+            return False
+    return True

@@ -248,8 +248,11 @@ class Schedule:
     def double_buffer(self, block: str) -> None:
         self._apply("double_buffer", block=block)
 
-    def cache_write(self, block: str, scope: str) -> str:
-        return self._apply("cache_write", block=block, scope=scope)
+    def cache_write(self, block: str, scope: str, consumers: Sequence[str] | None = None) -> str:
+        extra: dict[str, Any] = {}  # traces without consumers keep their old form
+        if consumers is not None:
+            extra["consumers"] = list(consumers) if isinstance(consumers, tuple) else consumers
+        return self._apply("cache_write", block=block, scope=scope, **extra)
 
     def compute_at(self, block: str, loop: str) -> None:
         self._apply("compute_at", block=block, loop=loop)

@@ -5,7 +5,9 @@ cols); every other stage is either a reduction over ``cols`` that keeps the rows
 output's shape.  A reduction over another axis (``softmax(X, dim=0)``) takes the column layout instead, with
 its own knobs (:mod:`schedlib.rules.column_reduction`).  The row layout gives one thread block per row:
 element-wise intermediates are inlined (recomputed where used), every reduction keeps its per-row result
-in a register (cache_write local, then the copy is inlined away) and reduces across the row's threads.
+in a register (cache_write local, then the copy is inlined away) and reduces across the row's threads.  A
+row statistic that is also a func output (a layer norm's mean and rstd, a softmax's row max) is stored once
+per row where it is computed, and read back into a register after a barrier.
 
 Each pass over the row (softmax: max, sum, output) reads the input again, from L1 or L2 when the rows in
 flight fit there.  The ``stage_row`` knob instead copies the row into shared memory once, 16 bytes per
@@ -84,7 +86,7 @@ class GeneralReductionRule(Rule):
                  target: HardwareProfile) -> Schedule:
         if facts.column:
             return schedule_columns(func, facts, config)
-        s = inlined_schedule(func, facts)
+        s, copies = inlined_schedule(func, facts)
         T, U = config["threads"], config["unroll"]
         loops = s.get_loops(facts.output)
         row = s.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
@@ -93,8 +95,12 @@ class GeneralReductionRule(Rule):
         s.bind(row, "blockIdx.x")
         s.bind(jt, "threadIdx.x")
         vectorize = _vector_width(U, facts.in_bytes) > 1
-        for name in reversed(facts.reductions):
+        # the row's own stages in order (reverse placement): statistics stored as outputs, their read-backs
+        per_row = {*facts.row_stages, *copies, *facts.reductions}
+        for name in reversed([b for b in s.blocks if b in per_row]):
             s.compute_at(name, row)
+            if name not in facts.reductions:
+                continue
             k = s.get_loops(name)[-1]
             if vectorize:  # the same U consecutive columns per thread and step as the output stage
                 ko, kt, kv = s.split(k, [None, T, U])

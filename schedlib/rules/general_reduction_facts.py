@@ -2,10 +2,13 @@
 input every pass reads.
 
 The output stage is element-wise over the output's axes; every reduction reduces one of them (the same one)
-and keeps the others, and every other stage is element-wise over the output's shape.  Extents alone cannot
-say which axis that is (a square softmax over columns has the extents of one over rows), so the analysis
-follows the indices: each reduction must read its operands at the output's axes with its reduce axis in one
-position, and every stage must read the reductions' results at the kept axes, in order.
+and keeps the others, and every other stage is element-wise over the output's shape or over the kept axes (a
+row statistic: ``rstd = rsqrt(var + eps)``).  Reductions and row statistics may be func outputs too (a
+layer norm that returns its mean and rstd for the backward pass); the row layout stores them once per row.
+Extents alone cannot say which axis that is (a square softmax over columns has the extents of one over
+rows), so the analysis follows the indices: each reduction must read its operands at the output's axes with
+its reduce axis in one position, and every stage must read the reductions' results at the kept axes, in
+order.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ class GeneralReductionFacts:
     row_passes: int  # passes reading it: reductions and the output, element-wise stages inlined
     row_bytes: int | None  # bytes of one row of ``row_input``; None for a symbolic row length
     axis: int = -1  # the output axis the reductions reduce; the last one (-1) unless ``column``
+    row_stages: tuple[str, ...] = ()  # element-wise stages over the kept axes that are func outputs
+    stored: tuple[str, ...] = ()  # reductions and row stages whose results are func outputs, in func order
 
     @property
     def column(self) -> bool:
@@ -41,8 +46,8 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     """The facts of a softmax / norm-shaped func, or why it is not one."""
     computed = func.blocks
     out = computed[-1]
-    if len(func.outputs) != 1 or out.store != func.outputs[0]:
-        return "needs a single output written by the last stage"
+    if out.store not in func.outputs:
+        return "needs the last stage to write a func output"
     reductions = [b for b in computed if b.reducer is not None]
     if not reductions or len(computed) < 2:
         return "needs at least one reduction feeding an element-wise output"
@@ -53,9 +58,23 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     if isinstance(axis, str):
         return axis
     kept = [e for d, e in enumerate(shape) if d != axis]
-    results = {b.store for b in reductions}
+    rows = [b for b in computed[:-1] if b.reducer is None and [a.extent for a in b.axes] == kept
+            and is_elementwise(b) and len(kept) < len(shape)]
+    results = {b.store for b in (*reductions, *rows)}
+    stored = [b for b in (*reductions, *rows) if b.store in func.outputs]
+    others = sorted(set(func.outputs) - {out.store} - {b.store for b in stored})
+    if others:
+        return (f"output {others[0]} is written by neither the last stage, a reduction nor a row statistic "
+                "(an element-wise stage over the kept axes)")
+    if stored and axis != len(shape) - 1:
+        return f"the column layout stores one output; {stored[0].store} is a further one"
+    if stored and len(kept) != 1:
+        return (f"{stored[0].store} is a further output over {len(kept)} kept axes; statistics are stored for "
+                "rows of a 2-D func")
     for b in computed:
-        if b.reducer is not None:
+        if b in rows:
+            why = _reads_in_order(b, [a.name for a in b.axes], results)
+        elif b.reducer is not None:
             spatial = [a.extent for a in b.axes if a.kind == "S"]
             red = [a.extent for a in b.axes if a.kind == "R"]
             if spatial != kept or red != [shape[axis]] or not stores_plainly(b):
@@ -74,20 +93,29 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     fixed = as_int(shape[axis])
     row_bytes = None if fixed is None or row_input is None else fixed * BYTES[func.buffer(row_input).dtype]
     return GeneralReductionFacts(out.name, tuple(b.name for b in reductions),
-                                 tuple(b.name for b in computed[:-1] if b.reducer is None),
+                                 tuple(b.name for b in computed[:-1] if b.reducer is None and b not in stored),
                                  BYTES[func.buffer(x).dtype], const_or(shape[axis], 4096), row_input, passes,
-                                 row_bytes, -1 if axis == len(shape) - 1 else axis)
+                                 row_bytes, -1 if axis == len(shape) - 1 else axis,
+                                 tuple(b.name for b in rows if b in stored), tuple(b.name for b in stored))
 
 
-def inlined_schedule(func: Func, facts: GeneralReductionFacts) -> Schedule:
+def inlined_schedule(func: Func, facts: GeneralReductionFacts) -> tuple[Schedule, list[str]]:
     """The start both layouts share: element-wise stages inlined (recomputed where used), and each
-    reduction's result kept in a register (cache_write local, then the copy inlined away)."""
+    reduction's result kept in a register (cache_write local, then the copy inlined away).  A result that is
+    a func output is stored where it is computed instead, and the stages after it read it back through a
+    register copy (cache_read local); returns the schedule and those copies."""
     s = Schedule(func)
     for name in facts.elementwise:
         s.compute_inline(name)
     for name in facts.reductions:
-        s.compute_inline(s.cache_write(name, "local"))
-    return s
+        if name not in facts.stored:
+            s.compute_inline(s.cache_write(name, "local"))
+    copies = []
+    for name in facts.stored:
+        readers = [b.name for b in s.func.consumers(func.block(name).store)]
+        if readers:
+            copies.append(s.cache_read(readers[0], func.block(name).store, "local", consumers=readers[1:]))
+    return s, copies
 
 
 def _reduced_axis(func: Func, reductions: list[Block], rank: int) -> int | str:

@@ -65,7 +65,7 @@ def test_a_tile_cut_to_the_problem_keeps_the_checks_that_would_read_past_it() ->
 def test_reads_of_global_memory_keep_their_checks() -> None:
     f = sl.workloads.matmul(10, 12, 7)
     s = sl.Schedule(f)
-    i, j, _ = s.get_loops("C")
+    i, _, _ = s.get_loops("C")
     bi, ti = s.split(i, [None, 4])
     s.bind(bi, "blockIdx.x")
     s.bind(ti, "threadIdx.x")

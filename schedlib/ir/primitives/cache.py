@@ -118,8 +118,12 @@ def _consumers(func: Func, prim: str, consumers: Sequence[str] | None, buffer: s
     return list(consumers)
 
 
-def cache_write(func: Func, block: str, scope: str) -> tuple[Func, str]:
+def cache_write(func: Func, block: str, scope: str, consumers: Sequence[str] | None = None) -> tuple[Func, str]:
     """Make ``block`` write into a new buffer in ``scope`` and copy it back; returns the copy block's name.
+
+    ``consumers`` names readers of the buffer that read the new one instead (it holds the same values once
+    ``block`` is done): a row's statistic that is also a func output is stored by the copy, and the stages
+    after it read it from the register.  Other readers are unchanged.
 
     Before ``cache_write(f, "C", "local")``::
 
@@ -140,11 +144,14 @@ def cache_write(func: Func, block: str, scope: str) -> tuple[Func, str]:
         for C_local.ax0 in range(64):
           block C_local S (ax0=C_local.ax0):
             C[ax0] = C_local[ax0]
+
+    With ``consumers=["D"]`` for a reader ``D[i] = C[i] * 2.0``, D reads ``C_local[i]`` instead.
     """
     prim = "cache_write"
     blk = get_block(func, prim, block)
     _check_scope(prim, scope)
     target = func.buffer(blk.store)
+    readers = _consumers(func, prim, consumers, target.name)  # (``block`` is no reader of its own buffer)
     if len(func.producers(target.name)) != 1:
         fail(prim, "block", block, f"buffer {target.name} has several producers")
     if func.attached_to(block) or blk.attach is not None:
@@ -156,6 +163,9 @@ def cache_write(func: Func, block: str, scope: str) -> tuple[Func, str]:
     copy = _copy_block(func, name, new_buf, target.name)
     writer = replace(blk, store=name, value=rename_buffer(blk.value, target.name, name))
     out = func.with_block(writer)
+    for reader in dict.fromkeys(readers):
+        rb = out.block(reader)
+        out = out.with_block(replace(rb, value=rename_buffer(rb.value, target.name, name)))
     out = replace(out, blocks=_insert(out.blocks, copy, block, after=True), buffers=(*out.buffers, new_buf),
                   _index={})
     check_dependencies(out, prim, "block", block)

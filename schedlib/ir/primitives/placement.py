@@ -21,7 +21,7 @@ from schedlib.ir.primitives.common import (
     loop_ranges,
     normalize,
 )
-from schedlib.ir.region import access_region, covers_box
+from schedlib.ir.region import access_region, covers_box, tiles_whole_buffer
 from schedlib.ir.simplify import (
     conjunction,
     free_vars,
@@ -123,7 +123,9 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     """Compute ``block`` inside ``loop`` of its consumer, only over the region read in one iteration.
 
     Every reader of the block's buffer must run inside ``loop``, and the block must be its buffer's only
-    producer (move a reduction before ``decompose_reduction``).
+    producer (move a reduction before ``decompose_reduction``).  A block writing a func output moves only
+    where the loop's iterations read all of it between them (a row's statistic computed for each row), so
+    the output is still written whole.
 
     Before ``compute_at(f, "A_shared", "C.k_0")``::
 
@@ -158,8 +160,6 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     host, idx = get_loop(func, prim, loop)
     _check_movable(func, prim, blk, host, loop)
     buf = func.buffer(blk.store)
-    if buf.name in func.outputs:
-        fail(prim, "block", block, f"writes output {buf.name}; only intermediate stages can move inward")
     check_single_producer(func, prim, blk)
     stored = _store_axes(blk)  # the axis at each dimension of the buffer
     assert stored is not None  # _check_movable refused anything else
@@ -173,6 +173,10 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     accesses = [(c, ld.indices) for c in consumers for ld in loads(c.value) if ld.buffer == buf.name]
     fixed = _fixed_loops(func, host, idx, buf.scope)
     region = access_region(func, accesses, fixed, buf.shape)
+    if buf.name in func.outputs and not tiles_whole_buffer(func, host, fixed, buf.shape, region):
+        # an output must still be written whole: the loop's iterations have to read all of it between them
+        fail(prim, "block", block, f"writes output {buf.name}, and the iterations of {loop} do not read all of "
+                                   "it (each reads one tile of a row-by-row or tile-by-tile walk, or the whole)")
     moved = _regenerate(func, blk, dict(zip(stored, region)), Attach(host.name, loop, "before"))
     out = func.with_block(moved)
     if buf.scope != "global":

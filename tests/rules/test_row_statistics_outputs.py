@@ -1,0 +1,97 @@
+"""Row statistics that are func outputs too: a layer norm that returns its mean and rstd (as a training step
+keeps them for the backward pass), a softmax that returns its row max and sum (a logsumexp).  They went to
+the serial fallback; the general-reduction rule now stores each once per row, where it is computed, and the
+stages after it read it back into a register.  Emulated against the reference and compiled within limits;
+the kernel's shape read from the source."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import schedlib as sl
+from schedlib.rules import get_rule
+
+from .helpers import check_resources, run_and_compare
+
+RULE = get_rule("general_reduction")
+H100 = sl.hw.load("h100")
+
+
+def layernorm_stats(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
+    """``Y = (X - mean) * rstd`` with ``mean`` and ``rstd`` (row statistics over two reductions) as outputs."""
+    X = sl.placeholder((rows, cols), dtype, "X")
+    k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
+    s1 = sl.compute((rows,), lambda i: sl.sum(X[i, k1].astype("float32"), axis=k1), "S1")
+    s2 = sl.compute((rows,), lambda i: sl.sum(X[i, k2].astype("float32") * X[i, k2].astype("float32"), axis=k2),
+                    "S2")
+    mean = sl.compute((rows,), lambda i: s1[i] / float(cols), "mean")
+    rstd = sl.compute((rows,), lambda i: sl.rsqrt(sl.maximum(s2[i] / float(cols) - mean[i] * mean[i], 0.0) + 1e-5),
+                      "rstd")
+    Y = sl.compute((rows, cols), lambda i, j: ((X[i, j].astype("float32") - mean[i]) * rstd[i]).astype(dtype), "Y")
+    return sl.func([X, Y, mean, rstd], "layernorm_stats")
+
+
+def softmax_stats(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
+    """A softmax that also returns its row max and its row sum of exponentials (both reductions)."""
+    X = sl.placeholder((rows, cols), dtype, "X")
+    k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
+    mx = sl.compute((rows,), lambda i: sl.max(X[i, k1].astype("float32"), axis=k1), "row_max")
+    se = sl.compute((rows,), lambda i: sl.sum(sl.exp(X[i, k2].astype("float32") - mx[i]), axis=k2), "row_sum")
+    Y = sl.compute((rows, cols), lambda i, j: (sl.exp(X[i, j].astype("float32") - mx[i]) / se[i]).astype(dtype), "Y")
+    return sl.func([X, Y, mx, se], "softmax_stats")
+
+
+CASES = [
+    (lambda: layernorm_stats(5, 300), None),
+    (lambda: layernorm_stats(3, 256, "float16"), {"threads": 32, "unroll": 8, "stage_row": True}),
+    (lambda: softmax_stats(4, 70), None),  # a ragged row
+    (lambda: softmax_stats(3, 512, "bfloat16"), {"threads": 64, "unroll": 4, "stage_row": True}),
+]
+
+
+@pytest.mark.parametrize(("make", "config"), CASES, ids=["layernorm", "layernorm-fp16-staged", "softmax-ragged",
+                                                         "softmax-bf16-staged"])
+def test_statistics_are_stored_once_per_row(make, config: dict | None, rng: np.random.Generator) -> None:
+    f = make()
+    assert sl.rules.find_rule(f, H100).name == "general_reduction"
+    sch = RULE.apply(f, H100, config or RULE.default_config(f, H100))
+    kernel = sl.build(sch, "h100")
+    assert len(kernel.launch) == 1  # one kernel: statistics, read-backs and the output per row
+    run_and_compare(f, kernel, rng, {})
+    lines = kernel.source.split("\n")
+    for name in f.outputs[1:]:
+        stores = [i for i, line in enumerate(lines) if re.search(rf"\b{name}\[[^\]]*\] = ", line)]
+        assert len(stores) == 1, stores  # one store per row, by one thread:
+        assert "threadIdx.x == 0" in lines[stores[0]] + lines[stores[0] - 1]
+    check_resources(kernel)
+
+
+def test_the_carver_counts_the_statistics_as_output_bytes() -> None:
+    f = layernorm_stats(4096, 4096)
+    row = sl.carver.estimate(f, H100, RULE.default_config(f, H100))
+    assert row["compulsory_bytes"] == 2 * 4096 * 4096 * 4 + 2 * 4096 * 4  # X and Y, mean and rstd
+
+
+def test_what_the_rule_declines_says_why() -> None:
+    X = sl.placeholder((16, 8), "float32", "X")
+    k = sl.reduce_axis(16, "k")
+    colmax = sl.compute((8,), lambda j: sl.max(X[k, j], axis=k), "colmax")
+    Y = sl.compute((16, 8), lambda i, j: X[i, j] - colmax[j], "Y")
+    why = RULE.applies(sl.func([X, Y, colmax], "centre_columns"), H100)
+    assert why is not None and "the column layout stores one output; colmax is a further one" in why
+    X3 = sl.placeholder((2, 3, 8), "float32", "X")
+    k3 = sl.reduce_axis(8, "k")
+    s3 = sl.compute((2, 3), lambda b, i: sl.sum(X3[b, i, k3], axis=k3), "S")
+    Y3 = sl.compute((2, 3, 8), lambda b, i, j: X3[b, i, j] - s3[b, i], "Y")
+    why = RULE.applies(sl.func([X3, Y3, s3], "centre_3d"), H100)
+    assert why is not None and "statistics are stored for rows of a 2-D func" in why
+    X2 = sl.placeholder((4, 8), "float32", "X")
+    k2 = sl.reduce_axis(8, "k")
+    s2 = sl.compute((4,), lambda i: sl.sum(X2[i, k2], axis=k2), "S")
+    twice = sl.compute((4, 8), lambda i, j: X2[i, j] * 2.0, "twice")
+    Y2 = sl.compute((4, 8), lambda i, j: twice[i, j] - s2[i], "Y")
+    why = RULE.applies(sl.func([X2, Y2, twice], "also_twice"), H100)
+    assert why is not None and "output twice is written by neither the last stage" in why
