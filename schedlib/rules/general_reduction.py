@@ -88,33 +88,41 @@ class GeneralReductionRule(Rule):
             return schedule_columns(func, facts, config)
         s, copies = inlined_schedule(func, facts)
         T, U = config["threads"], config["unroll"]
+        vectorize = _vector_width(U, facts.in_bytes) > 1
         loops = s.get_loops(facts.output)
         row = s.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-        jo, jt, ju = s.split(loops[-1], [None, T, U]) if U > 1 else (*s.split(loops[-1], [None, T]), None)
-        s.reorder(row, jt, jo)
         s.bind(row, "blockIdx.x")
-        s.bind(jt, "threadIdx.x")
-        vectorize = _vector_width(U, facts.in_bytes) > 1
+        ju = None
+        if func.block(facts.output).reducer is not None:  # statistics only: the last reduction leads the row
+            _spread_reduction(s, loops[-1], T, U, vectorize)
+        else:
+            jo, jt, ju = s.split(loops[-1], [None, T, U]) if U > 1 else (*s.split(loops[-1], [None, T]), None)
+            s.reorder(row, jt, jo)
+            s.bind(jt, "threadIdx.x")
         # the row's own stages in order (reverse placement): statistics stored as outputs, their read-backs
         per_row = {*facts.row_stages, *copies, *facts.reductions}
         for name in reversed([b for b in s.blocks if b in per_row]):
             s.compute_at(name, row)
-            if name not in facts.reductions:
-                continue
-            k = s.get_loops(name)[-1]
-            if vectorize:  # the same U consecutive columns per thread and step as the output stage
-                ko, kt, kv = s.split(k, [None, T, U])
-                s.reorder(kt, ko, kv)
-                s.vectorize(kv)
-            else:
-                ko, kt = s.split(k, [None, T])
-                s.reorder(kt, ko)
-            s.bind(kt, "threadIdx.x")
+            if name in facts.reductions:
+                _spread_reduction(s, s.get_loops(name)[-1], T, U, vectorize)
         if ju is not None:
             (s.vectorize if vectorize else s.unroll)(ju)
         if config.get("stage_row"):
             _stage_row(s, facts, row, T, U, vectorize)
         return s
+
+
+def _spread_reduction(s: Schedule, k: str, threads: int, unroll: int, vectorize: bool) -> None:
+    """A row reduction's loop ``k`` over the row's threads; with ``vectorize``, the same ``unroll``
+    consecutive columns per thread and step as the output stage, as one vector load."""
+    if vectorize:
+        ko, kt, kv = s.split(k, [None, threads, unroll])
+        s.reorder(kt, ko, kv)
+        s.vectorize(kv)
+    else:
+        ko, kt = s.split(k, [None, threads])
+        s.reorder(kt, ko)
+    s.bind(kt, "threadIdx.x")
 
 
 def _stage_row(s: Schedule, facts: GeneralReductionFacts, row: str, threads: int, unroll: int,

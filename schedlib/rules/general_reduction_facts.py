@@ -5,6 +5,8 @@ The output stage is element-wise over the output's axes; every reduction reduces
 and keeps the others, and every other stage is element-wise over the output's shape or over the kept axes (a
 row statistic: ``rstd = rsqrt(var + eps)``).  Reductions and row statistics may be func outputs too (a
 layer norm that returns its mean and rstd for the backward pass); the row layout stores them once per row.
+Without an element-wise output, a chain of reductions of the same rows (a row's max, then its sum of
+exp(x - max)) may be the outputs themselves: the last leads the row's block and the others run before it.
 Extents alone cannot say which axis that is (a square softmax over columns has the extents of one over
 rows), so the analysis follows the indices: each reduction must read its operands at the output's axes with
 its reduce axis in one position, and every stage must read the reductions' results at the kept axes, in
@@ -51,17 +53,34 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     reductions = [b for b in computed if b.reducer is not None]
     if not reductions or len(computed) < 2:
         return "needs at least one reduction feeding an element-wise output"
-    if not is_elementwise(out) or len(out.axes) < 2:
+    statistics_only = out.reducer is not None  # (max, sum) of the same rows: the last reduction leads
+    if statistics_only and len(reductions) < 2:
+        return "a single reduction is the reduction rule's"
+    unread = [b.name for b in reductions if b is not out and not func.consumers(b.store)]
+    if statistics_only and unread:
+        return (f"reduction {unread[0]} is read by no later stage: reductions of the same rows are computed "
+                "in one block when each feeds the next (a max, then a sum of exp(x - max)), not side by side")
+    if not statistics_only and (not is_elementwise(out) or len(out.axes) < 2):
         return f"output block {out.name} must be element-wise over (rows..., cols)"
-    shape = [a.extent for a in out.axes]
-    axis = _reduced_axis(func, reductions, len(shape))
+    rank = len(out.axes)  # a reduction's operands: its spatial axes and its reduce axis
+    axis = _reduced_axis(func, reductions, rank)
     if isinstance(axis, str):
         return axis
+    if statistics_only:  # the operands' shape: the kept axes with the reduced one at its place
+        shape = [a.extent for a in out.axes if a.kind == "S"]
+        shape.insert(axis, next(a.extent for a in out.axes if a.kind == "R"))
+        if axis != len(shape) - 1:
+            return "reductions over a non-contiguous axis need an element-wise output (the column layout)"
+    else:
+        shape = [a.extent for a in out.axes]
     kept = [e for d, e in enumerate(shape) if d != axis]
     rows = [b for b in computed[:-1] if b.reducer is None and [a.extent for a in b.axes] == kept
             and is_elementwise(b) and len(kept) < len(shape)]
+    if statistics_only and rows:
+        return (f"row statistic {rows[0].name} beside reductions that are all the outputs: the rule needs an "
+                "element-wise output over (rows, cols) to carry it")
     results = {b.store for b in (*reductions, *rows)}
-    stored = [b for b in (*reductions, *rows) if b.store in func.outputs]
+    stored = [b for b in (*reductions, *rows) if b.store in func.outputs and b is not out]
     others = sorted(set(func.outputs) - {out.store} - {b.store for b in stored})
     if others:
         return (f"output {others[0]} is written by neither the last stage, a reduction nor a row statistic "
@@ -92,7 +111,7 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     row_input, passes = _row_input(func, shape)
     fixed = as_int(shape[axis])
     row_bytes = None if fixed is None or row_input is None else fixed * BYTES[func.buffer(row_input).dtype]
-    return GeneralReductionFacts(out.name, tuple(b.name for b in reductions),
+    return GeneralReductionFacts(out.name, tuple(b.name for b in reductions if b is not out),
                                  tuple(b.name for b in computed[:-1] if b.reducer is None and b not in stored),
                                  BYTES[func.buffer(x).dtype], const_or(shape[axis], 4096), row_input, passes,
                                  row_bytes, -1 if axis == len(shape) - 1 else axis,

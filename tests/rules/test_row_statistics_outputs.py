@@ -44,16 +44,28 @@ def softmax_stats(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
     return sl.func([X, Y, mx, se], "softmax_stats")
 
 
+def max_and_sum(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
+    """Only statistics: a row's max and its sum of exp(x - max), both outputs (a cross-entropy's logsumexp)."""
+    X = sl.placeholder((rows, cols), dtype, "X")
+    k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
+    mx = sl.compute((rows,), lambda i: sl.max(X[i, k1].astype("float32"), axis=k1), "row_max")
+    se = sl.compute((rows,), lambda i: sl.sum(sl.exp(X[i, k2].astype("float32") - mx[i]), axis=k2), "row_sum")
+    return sl.func([X, mx, se], "max_and_sum")
+
+
 CASES = [
     (lambda: layernorm_stats(5, 300), None),
     (lambda: layernorm_stats(3, 256, "float16"), {"threads": 32, "unroll": 8, "stage_row": True}),
     (lambda: softmax_stats(4, 70), None),  # a ragged row
     (lambda: softmax_stats(3, 512, "bfloat16"), {"threads": 64, "unroll": 4, "stage_row": True}),
+    (lambda: max_and_sum(4, 70), None),
+    (lambda: max_and_sum(2, 1024, "float16"), {"threads": 128, "unroll": 8, "stage_row": True}),
 ]
 
 
 @pytest.mark.parametrize(("make", "config"), CASES, ids=["layernorm", "layernorm-fp16-staged", "softmax-ragged",
-                                                         "softmax-bf16-staged"])
+                                                         "softmax-bf16-staged", "max-and-sum",
+                                                         "max-and-sum-fp16-staged"])
 def test_statistics_are_stored_once_per_row(make, config: dict | None, rng: np.random.Generator) -> None:
     f = make()
     assert sl.rules.find_rule(f, H100).name == "general_reduction"
@@ -62,11 +74,27 @@ def test_statistics_are_stored_once_per_row(make, config: dict | None, rng: np.r
     assert len(kernel.launch) == 1  # one kernel: statistics, read-backs and the output per row
     run_and_compare(f, kernel, rng, {})
     lines = kernel.source.split("\n")
-    for name in f.outputs[1:]:
+    for name in f.outputs:
+        if func_block_is_elementwise(f, name):
+            continue  # the output over (rows, cols): every thread stores its columns
         stores = [i for i, line in enumerate(lines) if re.search(rf"\b{name}\[[^\]]*\] = ", line)]
         assert len(stores) == 1, stores  # one store per row, by one thread:
         assert "threadIdx.x == 0" in lines[stores[0]] + lines[stores[0] - 1]
     check_resources(kernel)
+
+
+def func_block_is_elementwise(f: sl.Func, buffer: str) -> bool:
+    return len(f.buffer(buffer).shape) == 2
+
+
+def test_side_by_side_reductions_are_declined_and_a_single_one_is_the_reduction_rules() -> None:
+    X = sl.placeholder((5, 37), "float32", "X")
+    k1, k2 = sl.reduce_axis(37, "k"), sl.reduce_axis(37, "k")
+    s1 = sl.compute((5,), lambda i: sl.sum(X[i, k1], axis=k1), "S1")
+    s2 = sl.compute((5,), lambda i: sl.sum(X[i, k2] * X[i, k2], axis=k2), "S2")
+    why = RULE.applies(sl.func([X, s1, s2], "moments"), H100)
+    assert why is not None and "reduction S1 is read by no later stage" in why
+    assert sl.rules.find_rule(sl.workloads.reduce(64, 100), H100).name == "reduction"
 
 
 def test_the_carver_counts_the_statistics_as_output_bytes() -> None:
