@@ -34,12 +34,18 @@ def layernorm_stats(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
     return sl.func([X, Y, mean, rstd], "layernorm_stats")
 
 
-def softmax_stats(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
-    """A softmax that also returns its row max and its row sum of exponentials (both reductions)."""
-    X = sl.placeholder((rows, cols), dtype, "X")
+def _max_and_sum_of(X: sl.Tensor, rows: int, cols: int) -> tuple[sl.Tensor, sl.Tensor]:
+    """A row's max, and its sum of exp(x - max)."""
     k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
     mx = sl.compute((rows,), lambda i: sl.max(X[i, k1].astype("float32"), axis=k1), "row_max")
     se = sl.compute((rows,), lambda i: sl.sum(sl.exp(X[i, k2].astype("float32") - mx[i]), axis=k2), "row_sum")
+    return mx, se
+
+
+def softmax_stats(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
+    """A softmax that also returns its row max and its row sum of exponentials (both reductions)."""
+    X = sl.placeholder((rows, cols), dtype, "X")
+    mx, se = _max_and_sum_of(X, rows, cols)
     Y = sl.compute((rows, cols), lambda i, j: (sl.exp(X[i, j].astype("float32") - mx[i]) / se[i]).astype(dtype), "Y")
     return sl.func([X, Y, mx, se], "softmax_stats")
 
@@ -47,10 +53,7 @@ def softmax_stats(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
 def max_and_sum(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
     """Only statistics: a row's max and its sum of exp(x - max), both outputs (a cross-entropy's logsumexp)."""
     X = sl.placeholder((rows, cols), dtype, "X")
-    k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
-    mx = sl.compute((rows,), lambda i: sl.max(X[i, k1].astype("float32"), axis=k1), "row_max")
-    se = sl.compute((rows,), lambda i: sl.sum(sl.exp(X[i, k2].astype("float32") - mx[i]), axis=k2), "row_sum")
-    return sl.func([X, mx, se], "max_and_sum")
+    return sl.func([X, *_max_and_sum_of(X, rows, cols)], "max_and_sum")
 
 
 CASES = [
