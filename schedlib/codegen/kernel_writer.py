@@ -81,10 +81,10 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer, LoopVersion
         self.assumed: frozenset[Expr] = frozenset()
         self.rolled: str | None = None
         self.double_buffered = {b.store for b in self.blocks if is_double_buffered(b)}
-        # outputs one block of this kernel stores and another reads back (a row statistic): as scratch, the
-        # threads meet at a barrier between the store and the reads
-        self.passed_outputs = {n for b in self.blocks for n in b.read_buffers
-                               if n in func.outputs and any(p.name != b.name for p in func.producers(n))}
+        # outputs one block of this kernel stores and another of it reads back (a row statistic): as scratch,
+        # the threads meet at a barrier between the store and the reads (another kernel's: done at launch)
+        self.passed_outputs = {n for b in self.blocks for n in b.read_buffers if n in func.outputs
+                               and any(p.name != b.name and p.name in self.names for p in func.producers(n))}
         self.bindings: dict[str, Expr] = {}
         self.ranges: dict[str, tuple[int, int]] = {}
         # A dimension may share its name with a buffer (sl.var("R") sizing buffer R): rename the int.

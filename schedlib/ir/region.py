@@ -170,20 +170,25 @@ def tiles_whole_buffer(func: Func, host: Block, fixed: set[str], shape: Sequence
                        region: Sequence[tuple[Expr, Expr]]) -> bool:
     """True if the per-iteration boxes of ``region`` (``access_region`` with ``fixed`` loops held), over all
     iterations of those loops, cover every element of a buffer of ``shape``: each dimension is read whole, or
-    tiled exactly by one fixed loop (box ``[v * e, e)`` with ``v`` running over ``ceil(n / e)`` values).  A
-    sufficient condition, not a necessary one: anything else answers False."""
-    extents = {lp.name: as_int(lp.extent) for lp in func.all_loops(host)}
+    tiled exactly by a fixed loop of its own (box ``[v * e, e)`` with ``v`` running over ``ceil(n / e)``
+    values; for a symbolic ``n``, ``e`` = 1 and ``v`` running over ``n``).  One loop tiling two dimensions
+    walks a diagonal.  A sufficient condition, not a necessary one: anything else answers False."""
+    extents = {lp.name: lp.extent for lp in func.all_loops(host)}
+    used: set[str] = set()
     for (base, extent), size in zip(region, shape):
         e, n = as_int(extent), as_int(size)
-        if e is None or n is None:
-            return False
         terms, c = to_affine(simplify(base))
-        if not terms and c == 0 and e >= n:
+        if not terms and c == 0 and e is not None and n is not None and e >= n:
             continue
-        if c != 0 or len(terms) != 1:
+        if e is None or c != 0 or len(terms) != 1:
             return False
         ((atom, k),) = terms.items()
-        trips = extents.get(atom.name) if isinstance(atom, Var) else None
-        if atom.name not in fixed or k != e or trips is None or trips * e < n:  # type: ignore[union-attr]
+        if not isinstance(atom, Var) or atom.name not in fixed or atom.name in used or k != e:
+            return False
+        used.add(atom.name)
+        trips = extents.get(atom.name)
+        whole = (n is not None and as_int(trips) is not None and as_int(trips) * e >= n) or \
+            (e == 1 and trips is not None and simplify(trips) == simplify(size))
+        if not whole:
             return False
     return True

@@ -56,10 +56,6 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     statistics_only = out.reducer is not None  # (max, sum) of the same rows: the last reduction leads
     if statistics_only and len(reductions) < 2:
         return "a single reduction is the reduction rule's"
-    unread = [b.name for b in reductions if b is not out and not func.consumers(b.store)]
-    if statistics_only and unread:
-        return (f"reduction {unread[0]} is read by no later stage: reductions of the same rows are computed "
-                "in one block when each feeds the next (a max, then a sum of exp(x - max)), not side by side")
     if not statistics_only and (not is_elementwise(out) or len(out.axes) < 2):
         return f"output block {out.name} must be element-wise over (rows..., cols)"
     rank = len(out.axes)  # a reduction's operands: its spatial axes and its reduce axis
@@ -79,6 +75,10 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     if statistics_only and rows:
         return (f"row statistic {rows[0].name} beside reductions that are all the outputs: the rule needs an "
                 "element-wise output over (rows, cols) to carry it")
+    unread = [b.name for b in (*reductions, *rows) if b is not out and not func.consumers(b.store)]
+    if unread:
+        return (f"{unread[0]} is read by no later stage: a row's statistics are computed in its block where "
+                "each feeds the next (a max, then a sum of exp(x - max)) or the output, not side by side")
     results = {b.store for b in (*reductions, *rows)}
     stored = [b for b in (*reductions, *rows) if b.store in func.outputs and b is not out]
     others = sorted(set(func.outputs) - {out.store} - {b.store for b in stored})

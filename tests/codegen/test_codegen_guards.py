@@ -108,3 +108,28 @@ def test_a_decomposed_reduction_repeated_across_a_thread_loop_accumulates_once()
     e = np.exp(x - x.max(axis=1, keepdims=True))
     got = sl.build(s, "h100").run_cpu(x, bounds_check=True)
     np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_an_output_another_kernel_wrote_is_read_without_a_barrier() -> None:
+    """Kernel 1 writes the output A; kernel 2 reads it back through a register copy inside a thread guard (B's
+    32 threads of 64).  A was finished before the launch: no barrier is needed, and one there would be refused
+    (it sits inside the guard)."""
+    X = sl.placeholder((4, 32), "float32", "X")
+    W = sl.placeholder((4, 64), "float32", "W")
+    A = sl.compute((4, 32), lambda i, j: X[i, j] * 2.0, "A")
+    B = sl.compute((4, 32), lambda i, j: A[i, j] + 1.0, "B")
+    C = sl.compute((4, 64), lambda i, j: W[i, j] + B[i, j // 2], "C")
+    s = sl.Schedule(sl.func([X, W, A, C], "read_back"))
+    for block in ("A", "C"):
+        row, col = s.get_loops(block)
+        s.bind(row, "blockIdx.x")
+        s.bind(col, "threadIdx.x")
+    s.compute_at("B", "C.i")
+    s.bind(s.get_loops("B")[-1], "threadIdx.x")
+    s.compute_at(s.cache_read("B", "A", "local"), s.get_loops("B")[-1])
+    kernel = sl.build(s, "h100")
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 32)).astype(np.float32), rng.standard_normal((4, 64)).astype(np.float32)
+    a, c = kernel.run_cpu(x, w, bounds_check=True)
+    np.testing.assert_allclose(a, 2 * x)
+    np.testing.assert_allclose(c, w + np.repeat(2 * x + 1, 2, axis=1), rtol=1e-6)

@@ -7,11 +7,11 @@ import pytest
 
 import schedlib as sl
 
-from .helpers import Reject, assert_same_result, loop_nest
+from .helpers import Reject, assert_rejected, assert_same_result, loop_nest
 from .test_primitives_loops import golden
 
 
-def stats(rows: int = 4, cols: int = 8) -> sl.Func:
+def stats(rows: int | sl.Expr = 4, cols: int = 8) -> sl.Func:
     """``R[i] = sum_j X[i, j]`` (an output) and ``Y[i, j] = X[i, j] - R[i]``."""
     X = sl.placeholder((rows, cols), "float32", "X")
     k = sl.reduce_axis(cols, "k")
@@ -75,3 +75,20 @@ def test_an_output_stage_moves_into_the_loop_that_reads_each_row() -> None:
     assert_same_result(s.original, s)
 
 
+
+
+def test_one_loop_tiling_two_dimensions_walks_a_diagonal_and_is_refused() -> None:
+    """``B[i] = A[i, i] + 1`` reads one element of each row of the output A: A would be written on its
+    diagonal only."""
+    X = sl.placeholder((4, 4), "float32", "X")
+    A = sl.compute((4, 4), lambda i, j: X[i, j] * 2.0, "A")
+    s = sl.Schedule(sl.func([X, A, sl.compute((4,), lambda i: A[i, i] + 1.0, "B")], "diagonal"))
+    assert_rejected(s, lambda: s.compute_at("A", "B.i"), "compute_at", "block", "A",
+                    "writes output A, and the iterations of B.i do not read all of it")
+
+
+def test_a_symbolic_row_count_is_walked_whole() -> None:
+    f = stats(sl.var("M"), 8)
+    s = sl.Schedule(f)
+    s.compute_at("R", "Y.i")
+    assert_same_result(f, s, symbols={"M": 5})

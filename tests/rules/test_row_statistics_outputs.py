@@ -96,8 +96,30 @@ def test_side_by_side_reductions_are_declined_and_a_single_one_is_the_reduction_
     s1 = sl.compute((5,), lambda i: sl.sum(X[i, k1], axis=k1), "S1")
     s2 = sl.compute((5,), lambda i: sl.sum(X[i, k2] * X[i, k2], axis=k2), "S2")
     why = RULE.applies(sl.func([X, s1, s2], "moments"), H100)
-    assert why is not None and "reduction S1 is read by no later stage" in why
+    assert why is not None and "S1 is read by no later stage" in why
     assert sl.rules.find_rule(sl.workloads.reduce(64, 100), H100).name == "reduction"
+
+
+def test_a_statistic_nothing_reads_is_declined_before_the_schedule() -> None:
+    """``lse = max + log(sum)`` beside a softmax: an output no later stage reads has no place in the row's
+    block (the rule said it applied, then every config failed and the default fell back quietly)."""
+    X = sl.placeholder((4, 16), "float32", "X")
+    mx, se = _max_and_sum_of(X, 4, 16)
+    lse = sl.compute((4,), lambda i: mx[i] + sl.log(se[i]), "lse")
+    Y = sl.compute((4, 16), lambda i, j: sl.exp(X[i, j] - mx[i]) / se[i], "Y")
+    why = RULE.applies(sl.func([X, lse, Y], "softmax_lse"), H100)
+    assert why is not None and "lse is read by no later stage" in why
+
+
+@pytest.mark.parametrize("make", [layernorm_stats, softmax_stats, max_and_sum])
+def test_a_symbolic_row_count(make, rng: np.random.Generator) -> None:
+    f = make(sl.var("M"), 33)
+    sch = sl.rules.apply_default(f, H100)
+    assert sch.rule == "general_reduction"
+    kernel = sl.build(sch, "h100")
+    assert len(kernel.launch) == 1
+    for rows in (1, 5):
+        run_and_compare(f, kernel, rng, {"M": rows})
 
 
 def test_the_carver_counts_the_statistics_as_output_bytes() -> None:
