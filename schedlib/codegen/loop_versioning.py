@@ -30,6 +30,7 @@ import math
 from typing import Any
 
 from schedlib.codegen.cuda_expr import unroll_pragma
+from schedlib.codegen.speculation import may_trap
 from schedlib.ir.dtype import is_int
 from schedlib.ir.expr import Binary, Const, Expr, Load, Select, Var, as_int
 from schedlib.ir.func import THREAD_INDEX_TAGS, Block, Func, Loop
@@ -145,9 +146,13 @@ def _rollable(func: Func, block: Block, index: int) -> str | None:
 def _corner(guard: Expr, inner: dict[str, int]) -> Expr | None:
     """``guard`` at the corner of the inner loops' box where it is hardest to meet, or None when it is not an
     integer comparison affine in them (or does not depend on them: one predicate for the whole nest, which
-    the compiler hoists itself)."""
+    the compiler hoists itself), or when it reads memory or can trap."""
     if not (isinstance(guard, Binary) and guard.op in COMPARISONS and is_int(guard.a.dtype)
             and is_int(guard.b.dtype)):
+        return None
+    if any(isinstance(e, Load) or may_trap(e) for e in walk(guard)):
+        # the test runs before the nest's other guards: a load there (``k < L[b]`` of a padding batch b)
+        # could read out of bounds, a division divide by zero
         return None
     terms, _ = to_affine(simplify(guard.a - guard.b))
     sign = 1 if guard.op in ("<", "<=") else -1  # the side to keep small

@@ -37,7 +37,7 @@ def speculated_guards(func: Func, block: Block, bindings: dict[str, Expr], range
     store = tuple(simplify(substitute(i, bindings), ranges) for i in block.store_indices)
     if not all(_inside(func, buffer, indices, ranges) for buffer, indices in [(block.store, store), *accesses]):
         return set()
-    if any(_may_trap(e) for e in walk(value)):
+    if any(may_trap(e) for e in walk(value)):
         return set()
     spatial: set[str] = set()
     reduce_: set[str] = set()
@@ -59,7 +59,7 @@ def _inside(func: Func, buffer: str, indices: tuple[Expr, ...], ranges: dict[str
     return True
 
 
-def _may_trap(e: Expr) -> bool:
+def may_trap(e: Expr) -> bool:
     """Integer division by a value that may be zero, or a float converted to an integer (out of range on a
     stale value: undefined in C++, and the CPU emulator runs the same C++)."""
     if isinstance(e, Binary) and e.op in ("//", "%") and is_int(e.dtype):

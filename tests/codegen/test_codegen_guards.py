@@ -133,3 +133,42 @@ def test_an_output_another_kernel_wrote_is_read_without_a_barrier() -> None:
     a, c = kernel.run_cpu(x, w, bounds_check=True)
     np.testing.assert_allclose(a, 2 * x)
     np.testing.assert_allclose(c, w + np.repeat(2 * x + 1, 2, axis=1), rtol=1e-6)
+
+
+def test_a_check_that_reads_memory_is_not_hoisted_into_the_version_test() -> None:
+    """A masked batched matmul (``k < L[b]``) with the batch split 3 -> 2 x 2: the padding batch b = 3 is
+    skipped by the block's predicate, but a version test hoisting ``k < L[b]`` read L[3] before it."""
+    A = sl.placeholder((3, 16, 24), "float32", "A")
+    B = sl.placeholder((3, 24, 16), "float32", "B")
+    L = sl.placeholder((3,), "int32", "L")
+    k = sl.reduce_axis(24, "k")
+    C = sl.compute((3, 16, 16), lambda b, i, j: sl.sum(sl.if_then_else(k < L[b], A[b, i, k] * B[b, k, j], 0.0),
+                                                       axis=k), "C")
+    f = sl.func([A, B, L, C], "masked")
+    s = sl.Schedule(f)
+    b, i, j, kk = s.get_loops("C")
+    bo, bb = s.split(b, [None, 2])
+    bi, ti, ii = s.split(i, [None, 4, 4])
+    bj, tj, jj = s.split(j, [None, 4, 4])
+    ko, ki = s.split(kk, [None, 8])
+    s.reorder(bo, bi, bj, ti, tj, bb, ko, ki, ii, jj)
+    for loop, tag in ((bo, "blockIdx.z"), (bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"),
+                      (tj, "threadIdx.x")):
+        s.bind(loop, tag)
+    s.reverse_compute_at(s.cache_write("C", "local"), bb)
+    for operand in ("A", "B"):
+        tile = s.cache_read("C", operand, "shared")
+        s.compute_at(tile, ko)
+        _, ty, tx = s.split(s.fuse(*s.get_loops(tile)), [None, 4, 4])
+        s.bind(ty, "threadIdx.y")
+        s.bind(tx, "threadIdx.x")
+    s.decompose_reduction("C", ko)
+    for loop in s.get_loops("C")[-3:]:  # an unrolled nest of 8 x 4 x 4, big enough to version
+        s.unroll(loop)
+    kernel = sl.build(s, "h100")
+    rng = np.random.default_rng(0)
+    a, bm = rng.standard_normal((3, 16, 24)).astype(np.float32), rng.standard_normal((3, 24, 16)).astype(np.float32)
+    lengths = np.array([24, 10, 17], np.int32)
+    got = kernel.run_cpu(a, bm, lengths, bounds_check=True)  # L[3] was read here
+    want = sl.run_reference(f, {"A": a, "B": bm, "L": lengths})["C"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

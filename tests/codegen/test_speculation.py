@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import schedlib as sl
-from schedlib.codegen.speculation import _may_trap
+from schedlib.codegen.speculation import may_trap
 from schedlib.ir.expr import Cast, Const, Var, binary
 from schedlib.rules import get_rule
 
@@ -92,4 +92,4 @@ def test_reduction_checks_stay() -> None:
     (binary("*", Var("x", "float32"), Var("y", "float32")), False),
 ])
 def test_what_may_trap_on_a_stale_value(expr: sl.Expr, traps: bool) -> None:
-    assert _may_trap(expr) is traps
+    assert may_trap(expr) is traps

@@ -13,7 +13,7 @@ import pytest
 import schedlib as sl
 from schedlib import workloads as wl
 from schedlib.codegen.loop_versioning import _corner
-from schedlib.ir.expr import Const, Var
+from schedlib.ir.expr import Const, Load, Var
 from schedlib.rules import get_rule
 
 from .helpers import check_resources, check_schedule
@@ -95,3 +95,5 @@ def test_only_affine_checks_on_the_nest_are_hoisted() -> None:
     assert _corner((k0 * 32 + k1) // 3 < 100, inner) is None  # not affine in k1
     assert _corner(k0 * 32 + k1 * i < 100, inner) is None  # a product of two inner loops
     assert _corner(Const(1.5) < Var("x", "float32"), inner) is None  # not an index comparison
+    assert _corner(k0 * 32 + k1 < Load("L", (t,), "int32", None), inner) is None  # reads memory
+    assert _corner(k0 * 32 + k1 < t // Var("d"), inner) is None  # may divide by zero
