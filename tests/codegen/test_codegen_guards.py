@@ -41,6 +41,20 @@ def test_a_vector_load_stays_under_its_if_then_else() -> None:
     np.testing.assert_array_equal(kernel.run_cpu(x, bounds_check=True), np.concatenate([x, np.zeros(6, np.float32)]))
 
 
+def stage_operands(s: sl.Schedule, k_outer: str, threads_y: int, threads_x: int) -> list[str]:
+    """Matmul C's operands A and B copied into shared memory at ``k_outer`` by threads_y x threads_x threads
+    (the copy's fused loop split over them); returns the copies."""
+    copies = []
+    for operand in ("A", "B"):
+        shared = s.cache_read("C", operand, "shared")
+        s.compute_at(shared, k_outer)
+        _, fy, fx = s.split(s.fuse(*s.get_loops(shared)), [None, threads_y, threads_x])
+        s.bind(fy, "threadIdx.y")
+        s.bind(fx, "threadIdx.x")
+        copies.append(shared)
+    return copies
+
+
 @pytest.mark.parametrize("double_buffered", [False, True])
 def test_copies_inside_a_thread_guard_are_refused_either_way(double_buffered: bool) -> None:
     """The copies spread over 16 threads in x while C's loop has 8, so C's statements sit under
@@ -54,12 +68,7 @@ def test_copies_inside_a_thread_guard_are_refused_either_way(double_buffered: bo
     for loop, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"), (tx, "threadIdx.x")):
         s.bind(loop, tag)
     s.reverse_compute_at(s.cache_write("C", "local"), tx)
-    for operand in ("A", "B"):
-        shared = s.cache_read("C", operand, "shared")
-        s.compute_at(shared, ko)
-        _, fy, fx = s.split(s.fuse(*s.get_loops(shared)), [None, 8, 16])
-        s.bind(fy, "threadIdx.y")
-        s.bind(fx, "threadIdx.x")
+    for shared in stage_operands(s, ko, 8, 16):
         if double_buffered:
             s.double_buffer(shared)
     s.decompose_reduction("C", ko)
@@ -156,12 +165,7 @@ def test_a_check_that_reads_memory_is_not_hoisted_into_the_version_test() -> Non
                       (tj, "threadIdx.x")):
         s.bind(loop, tag)
     s.reverse_compute_at(s.cache_write("C", "local"), bb)
-    for operand in ("A", "B"):
-        tile = s.cache_read("C", operand, "shared")
-        s.compute_at(tile, ko)
-        _, ty, tx = s.split(s.fuse(*s.get_loops(tile)), [None, 4, 4])
-        s.bind(ty, "threadIdx.y")
-        s.bind(tx, "threadIdx.x")
+    stage_operands(s, ko, 4, 4)
     s.decompose_reduction("C", ko)
     for loop in s.get_loops("C")[-3:]:  # an unrolled nest of 8 x 4 x 4, big enough to version
         s.unroll(loop)
