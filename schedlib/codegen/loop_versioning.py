@@ -113,10 +113,6 @@ class LoopVersioning:
         """``#pragma unroll 1`` for the edge version's outer loop (see :func:`_rollable`), else None."""
         return "#pragma unroll 1" if lp.name == self.rolled else None
 
-    def _holds(self, guard: Expr) -> bool:
-        """Whether ``guard`` (substituted and simplified) is one the current version has checked already."""
-        return guard in self.assumed
-
     def _without_assumed(self, e: Expr) -> Expr:
         """``e`` with the guards the current version has checked replaced by true (selects fold away)."""
         if not self.assumed:

@@ -14,8 +14,8 @@ harmless:
   would add into an accumulator whose output point is real.
 
 Without the checks the compiler vectorises the shared reads and keeps no predicates live across the nest
-(a 64 x 128 x 16 fp32 tile over N = 65: 3252 SASS instructions per k step with 1024 FFMA and 2048 scalar
-shared loads; 1273 with 1024 FFMA and 76 loads without the column checks).
+(the h100 default for a 1000 x 1000 x 1024 fp32 matmul, 64 x 64 x 8 tiles of 8 x 8 per thread: 1079 SASS
+instructions per k step, 512 of them FFMA and 256 scalar shared loads, before; 614 with 32 vector loads).
 """
 
 from __future__ import annotations
