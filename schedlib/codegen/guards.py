@@ -13,7 +13,7 @@ from typing import Any
 from schedlib.codegen.speculation import speculated_guards
 from schedlib.ir.expr import Expr
 from schedlib.ir.func import THREAD_INDEX_TAGS, Block
-from schedlib.ir.simplify import conjuncts, free_vars, is_true
+from schedlib.ir.simplify import conjuncts, free_vars, is_true, simplify, substitute
 
 
 class StatementGuards:
@@ -21,14 +21,18 @@ class StatementGuards:
     threads: dict[str, int]
     bindings: dict[str, Expr]
     ranges: dict[str, tuple[int, int]]
-    _bound_expr: Any  # the writer's: an expression in the loops' terms, as the current loop version sees it
+    needed_guards: dict[str, list[Expr]]  # per block: its checks in loop terms, less the speculated ones
+    _without_assumed: Any  # the loop-versioning mixin's: an expression less the checks its version made
 
     def _guards(self, block: Block) -> list[Expr]:
         """``block``'s predicate in loop terms (after ``_enter(block)``), without the parts that hold here or
-        need no check."""
-        guards = [g for g in map(self._bound_expr, conjuncts(block.predicate)) if not is_true(g)]
-        dropped = speculated_guards(self.func, block, self.bindings, self.ranges, guards)
-        return [g for g in guards if g not in dropped]
+        need no check.  The speculation proof runs once per block; the loop version is applied per call."""
+        if block.name not in self.needed_guards:
+            guards = [g for g in (simplify(substitute(p, self.bindings), self.ranges)
+                                  for p in conjuncts(block.predicate)) if not is_true(g)]
+            dropped = speculated_guards(self.func, block, self.bindings, self.ranges, guards)
+            self.needed_guards[block.name] = [g for g in guards if g not in dropped]
+        return [g for g in map(self._without_assumed, self.needed_guards[block.name]) if not is_true(g)]
 
     def _once_guards(self, block: Block, ctx: Any, skip: str | None = None) -> list[str]:
         """Conditions making a store to shared/global memory happen once instead of in every thread."""

@@ -79,6 +79,7 @@ class KernelWriter(CrossThreadReduction, VectorAccess, DoubleBuffer, LoopVersion
         self.staging: tuple[str, str] | None = None
         self.staged_types: dict[str, tuple[str, bool]] = {}
         self.assumed: frozenset[Expr] = frozenset()
+        self.needed_guards: dict[str, list[Expr]] = {}
         self.rolled: str | None = None
         self.double_buffered = {b.store for b in self.blocks if is_double_buffered(b)}
         # outputs one block of this kernel stores and another of it reads back (a row statistic): as scratch,
