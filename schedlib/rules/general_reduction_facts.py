@@ -71,7 +71,7 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
         shape = [a.extent for a in out.axes]
     kept = [e for d, e in enumerate(shape) if d != axis]
     rows = [b for b in computed[:-1] if b.reducer is None and [a.extent for a in b.axes] == kept
-            and is_elementwise(b) and len(kept) < len(shape)]
+            and is_elementwise(b)]
     if statistics_only and rows:
         return (f"row statistic {rows[0].name} beside reductions that are all the outputs: the rule needs an "
                 "element-wise output over (rows, cols) to carry it")
@@ -81,6 +81,7 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
                 "each feeds the next (a max, then a sum of exp(x - max)) or the output, not side by side")
     results = {b.store for b in (*reductions, *rows)}
     stored = [b for b in (*reductions, *rows) if b.store in func.outputs and b is not out]
+    row_names, stored_names = {b.name for b in rows}, {b.name for b in stored}
     others = sorted(set(func.outputs) - {out.store} - {b.store for b in stored})
     if others:
         return (f"output {others[0]} is written by neither the last stage, a reduction nor a row statistic "
@@ -91,7 +92,7 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
         return (f"{stored[0].store} is a further output over {len(kept)} kept axes; statistics are stored for "
                 "rows of a 2-D func")
     for b in computed:
-        if b in rows:
+        if b.name in row_names:
             why = _reads_in_order(b, [a.name for a in b.axes], results)
         elif b.reducer is not None:
             spatial = [a.extent for a in b.axes if a.kind == "S"]
@@ -112,10 +113,11 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     fixed = as_int(shape[axis])
     row_bytes = None if fixed is None or row_input is None else fixed * BYTES[func.buffer(row_input).dtype]
     return GeneralReductionFacts(out.name, tuple(b.name for b in reductions if b is not out),
-                                 tuple(b.name for b in computed[:-1] if b.reducer is None and b not in stored),
+                                 tuple(b.name for b in computed[:-1]
+                                       if b.reducer is None and b.name not in stored_names),
                                  BYTES[func.buffer(x).dtype], const_or(shape[axis], 4096), row_input, passes,
                                  row_bytes, -1 if axis == len(shape) - 1 else axis,
-                                 tuple(b.name for b in rows if b in stored), tuple(b.name for b in stored))
+                                 tuple(b.name for b in rows if b.name in stored_names), tuple(b.name for b in stored))
 
 
 def inlined_schedule(func: Func, facts: GeneralReductionFacts) -> tuple[Schedule, list[str]]:
