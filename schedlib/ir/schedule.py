@@ -260,6 +260,9 @@ class Schedule:
     def reverse_compute_at(self, block: str, loop: str) -> None:
         self._apply("reverse_compute_at", block=block, loop=loop)
 
+    def compute_with(self, block: str, loop: str) -> None:
+        self._apply("compute_with", block=block, loop=loop)
+
     def compute_inline(self, block: str) -> None:
         self._apply("compute_inline", block=block)
 

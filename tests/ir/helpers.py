@@ -186,3 +186,13 @@ def chain_func(n: Any = 8) -> Func:
     B = sl.compute((n,), lambda i: A[i] * 2.0, "B")
     C = sl.compute((n,), lambda i: B[i] + 1.0, "C")
     return sl.func([A, C], "chain")
+
+
+def moments_func(rows: Any = 8, cols: int = 16) -> Func:
+    """A row's sum ``S`` and its sum of squares ``Q``, each an output nothing reads: two blocks that share
+    only their input (what ``compute_with`` places side by side)."""
+    A = sl.placeholder((rows, cols), "float32", "A")
+    k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
+    S = sl.compute((rows,), lambda i: sl.sum(A[i, k1], axis=k1), "S")
+    Q = sl.compute((rows,), lambda i: sl.sum(A[i, k2] * A[i, k2], axis=k2), "Q")
+    return sl.func([A, S, Q], "moments")

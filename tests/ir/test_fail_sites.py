@@ -22,6 +22,7 @@ import schedlib.ir.schedule as schedule_mod
 from . import (
     test_primitives_annotate,
     test_primitives_cache,
+    test_primitives_compute_with,
     test_primitives_loops,
     test_primitives_pipeline,
     test_primitives_placement_errors,
@@ -34,8 +35,9 @@ from . import (
 PRIMITIVES_DIR = Path(primitives_pkg.__file__).parent
 SCHEDULE_FILE = Path(schedule_mod.__file__)
 NEGATIVE = [case for mod in (test_primitives_loops, test_primitives_annotate, test_primitives_cache,
-                             test_primitives_pipeline, test_primitives_placement_errors, test_primitives_reduction,
-                             test_primitives_storage, test_schedule)
+                             test_primitives_compute_with, test_primitives_pipeline,
+                             test_primitives_placement_errors, test_primitives_reduction, test_primitives_storage,
+                             test_schedule)
             for case in mod.NEGATIVE]
 
 Site = tuple[str, int]

@@ -19,7 +19,7 @@ from schedlib.ir.dtype import round_to_dtype
 from schedlib.ir.expr import Var, binary
 from schedlib.ir.primitives import PRIMITIVES
 
-from .helpers import loop_nest, schedule
+from .helpers import loop_nest, moments_func, schedule
 
 # sl.func and Tensor ---------------------------------------------------------------------------------
 
@@ -305,6 +305,7 @@ DOC_EXAMPLES: dict[str, tuple[Callable[[], sl.Schedule], Callable[[sl.Schedule],
     "compute_at": (lambda: schedule(_row_sum(64, 64), lambda s: s.cache_read("C", "A", "shared"),
                                     lambda s: s.split("C.k", [8, 8])),
                    lambda s: s.compute_at("A_shared", "C.k_0")),
+    "compute_with": (lambda: sl.Schedule(moments_func(8, 16)), lambda s: s.compute_with("S", "Q.i")),
     "compute_inline": (lambda: sl.Schedule(_chain()), lambda s: s.compute_inline("B")),
     "reverse_compute_inline": (lambda: sl.Schedule(_relu_epilogue()), lambda s: s.reverse_compute_inline("D")),
     "rfactor": (lambda: schedule(_row_sum(), lambda s: s.split("C.k", [4, 4])), lambda s: s.rfactor("C.k_1")),

@@ -78,7 +78,7 @@ class Dims:
 def draw_workload(data: Any) -> tuple[Func, dict[str, int]]:
     dims = Dims(data)
     family = data.draw(st.sampled_from(["matmul", "matmul", "gemv", "reduce", "softmax", "rmsnorm",
-                                        "layernorm", "elementwise", "transpose"]), label="family")
+                                        "layernorm", "elementwise", "transpose", "side_by_side"]), label="family")
     if family == "matmul":
         dtype = data.draw(st.sampled_from(["float32", "float32", "int8", "float16"]), label="dtype")
         batch = data.draw(st.sampled_from([None, None, 2]), label="batch")
@@ -104,8 +104,15 @@ def draw_workload(data: Any) -> tuple[Func, dict[str, int]]:
                           label="chain")
         dtype = data.draw(st.sampled_from(["float32", "int32"]), label="dtype")
         f = sl.workloads.elementwise(tuple(dims.size() for _ in range(rank)), tuple(chain), dtype=dtype)
-    else:
+    elif family == "transpose":
         f = sl.workloads.transpose(dims.size(), dims.size())
+    else:  # blocks that share only their input: a row's sum and max, and the rows scaled
+        rows, cols = dims.size(), dims.size()
+        X = sl.placeholder((rows, cols), "float32", "X")
+        k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
+        S = sl.compute((rows,), lambda i: sl.sum(X[i, k1], axis=k1), "S")
+        M = sl.compute((rows,), lambda i: sl.max(X[i, k2], axis=k2), "M")
+        f = sl.func([X, S, M, sl.compute((rows, cols), lambda i, j: X[i, j] * 2.0, "Y")], "side_by_side")
     return f, dims.symbols
 
 
@@ -114,7 +121,7 @@ def draw_workload(data: Any) -> tuple[Func, dict[str, int]]:
 FACTORS = (None, 1, 2, 3, 4, 8, 16)
 PRIMITIVES = ("split", "split", "fuse", "reorder", "reorder", "bind", "vectorize", "unroll", "annotate",
               "storage_align", "cache_read", "cache_read", "cache_write", "compute_at", "compute_at",
-              "reverse_compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline",
+              "reverse_compute_at", "reverse_compute_at", "compute_with", "compute_inline", "reverse_compute_inline",
               "rfactor", "decompose_reduction", "decompose_reduction", "get_block", "get_loops")
 
 
@@ -250,6 +257,13 @@ def draw_step(data: Any, func: Func, symbols: dict[str, int], prim: str | None =
             writers = [p.name for r in func.block(blk).read_buffers for p in func.producers(r)]
             near = _loops(func, writers)
         loop = _pick(data, near, any_loop, "loop") if data.draw(st.integers(0, 4), label="near?") else any_loop
+        return prim, {"block": _maybe_bogus(data, blk, "nope"), "loop": loop}
+    if prim == "compute_with":
+        blk = _pick(data, blocks, "X", "block")
+        others = [b.name for b in func.blocks if b.name != blk and func.has_block(blk)
+                  and func.block(blk).store not in b.read_buffers and b.store not in func.block(blk).read_buffers]
+        loop = _pick(data, _loops(func, others), any_loop, "loop") if data.draw(st.integers(0, 4), label="near?") \
+            else any_loop
         return prim, {"block": _maybe_bogus(data, blk, "nope"), "loop": loop}
     if prim == "compute_inline":
         inner = [b.name for b in func.blocks if b.reducer is None and b.store not in func.outputs]

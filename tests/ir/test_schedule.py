@@ -9,7 +9,7 @@ from schedlib.ir import primitives as P
 from schedlib.ir.primitives.common import check_positive_int
 from schedlib.ir.schedule import Trace
 
-from .helpers import Reject, assert_same_result, loop_nest, schedule, well_formed_problems
+from .helpers import Reject, assert_same_result, loop_nest, moments_func, schedule, well_formed_problems
 
 
 def test_get_block_and_get_loops_change_nothing() -> None:
@@ -121,6 +121,7 @@ VALID_ARGS: dict[str, dict[str, object]] = {
     "cache_write": {"block": "D", "scope": "local"},
     "compute_at": {"block": "C", "loop": "C_local.ax0"},
     "reverse_compute_at": {"block": "D", "loop": "C_local.ax0"},
+    "compute_with": {"block": "S", "loop": "Q.i"},
     "compute_inline": {"block": "B_local"},
     "reverse_compute_inline": {"block": "D"},
     "rfactor": {"loop": "C.k", "factor_axis": 0},
@@ -131,6 +132,9 @@ GARBAGE: list[object] = [None, 3, -1, 2.5, True, "", "nope", [], {}, ["C.i"], ("
 
 
 def _garbage_base(name: str = "") -> sl.Schedule:
+    if name == "compute_with":  # needs two blocks that share no data
+        return schedule(moments_func(8, 16), lambda s: s.split("S.k", [None, 4]), lambda s: s.split("Q.k", [None, 4]),
+                        lambda s: s.bind("Q.i", "blockIdx.x"))
     if name == "double_buffer":  # needs a shared copy attached at a serial loop
         return schedule(sl.workloads.matmul(8, 4, 4, epilogue="relu"), lambda s: s.split("C.k", [None, 2]),
                         lambda s: s.cache_read("C", "A", "shared"), lambda s: s.compute_at("A_shared", "C.k_0"))

@@ -11,7 +11,7 @@ from schedlib.ir.primitives.cache import cache_read, cache_write
 from schedlib.ir.primitives.inline import compute_inline, reverse_compute_inline
 from schedlib.ir.primitives.loops import fuse, reorder, split
 from schedlib.ir.primitives.pipeline import double_buffer
-from schedlib.ir.primitives.placement import compute_at, reverse_compute_at
+from schedlib.ir.primitives.placement import compute_at, compute_with, reverse_compute_at
 from schedlib.ir.primitives.reduction import decompose_reduction, rfactor
 from schedlib.ir.primitives.storage import storage_align, storage_permute
 
@@ -19,7 +19,7 @@ PRIMITIVES = {
     f.__name__: f
     for f in (split, fuse, reorder, bind, vectorize, unroll, annotate, storage_align, storage_permute,
               double_buffer, cache_read, cache_write,
-              compute_at, reverse_compute_at, compute_inline, reverse_compute_inline, rfactor,
+              compute_at, reverse_compute_at, compute_with, compute_inline, reverse_compute_inline, rfactor,
               decompose_reduction)
 }
 
