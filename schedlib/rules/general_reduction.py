@@ -7,7 +7,9 @@ its own knobs (:mod:`schedlib.rules.column_reduction`).  The row layout gives on
 element-wise intermediates are inlined (recomputed where used), every reduction keeps its per-row result
 in a register (cache_write local, then the copy is inlined away) and reduces across the row's threads.  A
 row statistic that is also a func output (a layer norm's mean and rstd, a softmax's row max) is stored once
-per row where it is computed, and read back into a register after a barrier.
+per row where it is computed, and read back into a register after a barrier; one that nothing reads (a
+row's sum beside its sum of squares, a log-sum-exp beside the softmax) runs beside the row's other stages
+(``compute_with``).
 
 Each pass over the row (softmax: max, sum, output) reads the input again, from L1 or L2 when the rows in
 flight fit there.  The ``stage_row`` knob instead copies the row into shared memory once, 16 bytes per
@@ -102,7 +104,7 @@ class GeneralReductionRule(Rule):
         # the row's own stages in order (reverse placement): statistics stored as outputs, their read-backs
         per_row = {*facts.row_stages, *copies, *facts.reductions}
         for name in reversed([b for b in s.blocks if b in per_row]):
-            s.compute_at(name, row)
+            (s.compute_with if name in facts.side_by_side else s.compute_at)(name, row)
             if name in facts.reductions:
                 _spread_reduction(s, s.get_loops(name)[-1], T, U, vectorize)
         if ju is not None:

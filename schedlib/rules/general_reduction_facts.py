@@ -5,8 +5,9 @@ The output stage is element-wise over the output's axes; every reduction reduces
 and keeps the others, and every other stage is element-wise over the output's shape or over the kept axes (a
 row statistic: ``rstd = rsqrt(var + eps)``).  Reductions and row statistics may be func outputs too (a
 layer norm that returns its mean and rstd for the backward pass); the row layout stores them once per row.
-Without an element-wise output, a chain of reductions of the same rows (a row's max, then its sum of
-exp(x - max)) may be the outputs themselves: the last leads the row's block and the others run before it.
+Without an element-wise output, reductions of the same rows may be the outputs themselves, a chain (a row's
+max, then its sum of exp(x - max)) or side by side (its sum and its sum of squares): the last leads the row's
+block and the others run before it.  An output no stage reads runs in the row's block all the same.
 Extents alone cannot say which axis that is (a square softmax over columns has the extents of one over
 rows), so the analysis follows the indices: each reduction must read its operands at the output's axes with
 its reduce axis in one position, and every stage must read the reductions' results at the kept axes, in
@@ -37,6 +38,9 @@ class GeneralReductionFacts:
     axis: int = -1  # the output axis the reductions reduce; the last one (-1) unless ``column``
     row_stages: tuple[str, ...] = ()  # element-wise stages over the kept axes that are func outputs
     stored: tuple[str, ...] = ()  # reductions and row stages whose results are func outputs, in func order
+    # stored ones no stage reads (a row's sum beside its sum of squares, a log-sum-exp beside the softmax):
+    # computed beside the row's other stages (compute_with), as nothing reads them inside the row
+    side_by_side: tuple[str, ...] = ()
 
     @property
     def column(self) -> bool:
@@ -75,10 +79,8 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     if statistics_only and rows:
         return (f"row statistic {rows[0].name} beside reductions that are all the outputs: the rule needs an "
                 "element-wise output over (rows, cols) to carry it")
-    unread = [b.name for b in (*reductions, *rows) if b is not out and not func.consumers(b.store)]
-    if unread:
-        return (f"{unread[0]} is read by no later stage: a row's statistics are computed in its block where "
-                "each feeds the next (a max, then a sum of exp(x - max)) or the output, not side by side")
+    # (sl.func collects only the stages its outputs need, so a stage nothing reads is an output)
+    unread = [b for b in (*reductions, *rows) if b is not out and not func.consumers(b.store)]
     results = {b.store for b in (*reductions, *rows)}
     stored = [b for b in (*reductions, *rows) if b.store in func.outputs and b is not out]
     row_names, stored_names = {b.name for b in rows}, {b.name for b in stored}
@@ -117,7 +119,8 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
                                        if b.reducer is None and b.name not in stored_names),
                                  BYTES[func.buffer(x).dtype], const_or(shape[axis], 4096), row_input, passes,
                                  row_bytes, -1 if axis == len(shape) - 1 else axis,
-                                 tuple(b.name for b in rows if b.name in stored_names), tuple(b.name for b in stored))
+                                 tuple(b.name for b in rows if b.name in stored_names), tuple(b.name for b in stored),
+                                 tuple(b.name for b in unread))
 
 
 def inlined_schedule(func: Func, facts: GeneralReductionFacts) -> tuple[Schedule, list[str]]:

@@ -56,6 +56,34 @@ def max_and_sum(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
     return sl.func([X, *_max_and_sum_of(X, rows, cols)], "max_and_sum")
 
 
+def moments(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
+    """A row's sum and sum of squares side by side, both outputs and read by nothing (a variance's parts)."""
+    X = sl.placeholder((rows, cols), dtype, "X")
+    k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
+    s1 = sl.compute((rows,), lambda i: sl.sum(X[i, k1].astype("float32"), axis=k1), "S1")
+    s2 = sl.compute((rows,), lambda i: sl.sum(X[i, k2].astype("float32") * X[i, k2].astype("float32"), axis=k2),
+                    "S2")
+    return sl.func([X, s1, s2], "moments")
+
+
+def softmax_lse(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
+    """A softmax and its log-sum-exp ``max + log(sum)``: a row statistic no later stage reads."""
+    X = sl.placeholder((rows, cols), dtype, "X")
+    mx, se = _max_and_sum_of(X, rows, cols)
+    lse = sl.compute((rows,), lambda i: mx[i] + sl.log(se[i]), "lse")
+    Y = sl.compute((rows, cols), lambda i, j: (sl.exp(X[i, j].astype("float32") - mx[i]) / se[i]).astype(dtype), "Y")
+    return sl.func([X, lse, Y], "softmax_lse")
+
+
+def range_and_logsumexp(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
+    """A row's min beside its max and sum of exp(x - max): a chain and a reduction side by side."""
+    X = sl.placeholder((rows, cols), dtype, "X")
+    mx, se = _max_and_sum_of(X, rows, cols)
+    k = sl.reduce_axis(cols, "k")
+    mn = sl.compute((rows,), lambda i: sl.min(X[i, k].astype("float32"), axis=k), "row_min")
+    return sl.func([X, mn, mx, se], "range_and_logsumexp")
+
+
 CASES = [
     (lambda: layernorm_stats(5, 300), None),
     (lambda: layernorm_stats(3, 256, "float16"), {"threads": 32, "unroll": 8, "stage_row": True}),
@@ -63,12 +91,17 @@ CASES = [
     (lambda: softmax_stats(3, 512, "bfloat16"), {"threads": 64, "unroll": 4, "stage_row": True}),
     (lambda: max_and_sum(4, 70), None),
     (lambda: max_and_sum(2, 1024, "float16"), {"threads": 128, "unroll": 8, "stage_row": True}),
+    (lambda: moments(5, 300), None),
+    (lambda: moments(3, 512, "float16"), {"threads": 64, "unroll": 8, "stage_row": True}),
+    (lambda: softmax_lse(4, 70), None),
+    (lambda: range_and_logsumexp(3, 200, "bfloat16"), None),
 ]
 
 
 @pytest.mark.parametrize(("make", "config"), CASES, ids=["layernorm", "layernorm-fp16-staged", "softmax-ragged",
                                                          "softmax-bf16-staged", "max-and-sum",
-                                                         "max-and-sum-fp16-staged"])
+                                                         "max-and-sum-fp16-staged", "moments", "moments-fp16-staged",
+                                                         "softmax-lse", "range-and-logsumexp-bf16"])
 def test_statistics_are_stored_once_per_row(make, config: dict | None, rng: np.random.Generator) -> None:
     f = make()
     assert sl.rules.find_rule(f, H100).name == "general_reduction"
@@ -90,28 +123,18 @@ def func_block_is_elementwise(f: sl.Func, buffer: str) -> bool:
     return len(f.buffer(buffer).shape) == 2
 
 
-def test_side_by_side_reductions_are_declined_and_a_single_one_is_the_reduction_rules() -> None:
-    X = sl.placeholder((5, 37), "float32", "X")
-    k1, k2 = sl.reduce_axis(37, "k"), sl.reduce_axis(37, "k")
-    s1 = sl.compute((5,), lambda i: sl.sum(X[i, k1], axis=k1), "S1")
-    s2 = sl.compute((5,), lambda i: sl.sum(X[i, k2] * X[i, k2], axis=k2), "S2")
-    why = RULE.applies(sl.func([X, s1, s2], "moments"), H100)
-    assert why is not None and "S1 is read by no later stage" in why
+def test_side_by_side_stages_are_placed_beside_the_row_and_a_single_reduction_is_the_reduction_rules() -> None:
+    """A row statistic nothing reads (a sum beside a sum of squares, a log-sum-exp beside the softmax) went to
+    the serial fallback, the rule saying it had no place in the row's block; compute_with places it there."""
+    for f, placed in ((moments(5, 37), ["S1"]), (softmax_lse(4, 16), ["lse"]),
+                      (range_and_logsumexp(4, 16), ["row_min"])):
+        assert RULE.applies(f, H100) is None
+        sch = RULE.apply(f, H100, RULE.default_config(f, H100))
+        assert [step["args"]["block"] for step in sch.trace if step["primitive"] == "compute_with"] == placed
     assert sl.rules.find_rule(sl.workloads.reduce(64, 100), H100).name == "reduction"
 
 
-def test_a_statistic_nothing_reads_is_declined_before_the_schedule() -> None:
-    """``lse = max + log(sum)`` beside a softmax: an output no later stage reads has no place in the row's
-    block (the rule said it applied, then every config failed and the default fell back quietly)."""
-    X = sl.placeholder((4, 16), "float32", "X")
-    mx, se = _max_and_sum_of(X, 4, 16)
-    lse = sl.compute((4,), lambda i: mx[i] + sl.log(se[i]), "lse")
-    Y = sl.compute((4, 16), lambda i, j: sl.exp(X[i, j] - mx[i]) / se[i], "Y")
-    why = RULE.applies(sl.func([X, lse, Y], "softmax_lse"), H100)
-    assert why is not None and "lse is read by no later stage" in why
-
-
-@pytest.mark.parametrize("make", [layernorm_stats, softmax_stats, max_and_sum])
+@pytest.mark.parametrize("make", [layernorm_stats, softmax_stats, max_and_sum, moments, softmax_lse])
 def test_a_symbolic_row_count(make, rng: np.random.Generator) -> None:
     f = make(sl.var("M"), 33)
     sch = sl.rules.apply_default(f, H100)
