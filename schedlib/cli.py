@@ -186,16 +186,30 @@ def cmd_carve(args: argparse.Namespace) -> int:
     from schedlib.report.legality import no_legal_config
 
     spec = _workload(args.workload)
-    df = carve(spec.build(), _profile(args.target), topk=args.topk)
+    profile = _profile(args.target)
+    resources = None
+    if args.compiled:
+        from schedlib.carver.compiled import pool_size
+        from schedlib.runtime.resources import compiled_resources
+
+        resources = compiled_resources(profile)
+        print(f"compiling up to {pool_size(args.topk)} configs for {profile.arch} ...", file=sys.stderr, flush=True)
+    df = carve(spec.build(), profile, topk=args.topk, resources=resources)
     if df.empty:  # not "Empty DataFrame" and status 0: nothing here can run on this target
         raise SchedlibError(f"carve: {no_legal_config(df, spec.name)}")
     symbolic = df.attrs.get("symbolic") or {}
     if symbolic:  # the times hold at these sizes only; say them, as compare's shape column does
         print("ranked at " + ", ".join(f"{k}={v}" for k, v in symbolic.items())
               + " (the symbolic sizes' values for this ranking)")
-    cols = [c for c in ("config", "est_time_us", "pct_of_peak", "reason") if c in df.columns]
-    with pd.option_context("display.max_colwidth", 90, "display.width", 200):
+    shown = ("config", "est_time_us", "pct_of_peak", *(("registers_per_thread", "model_registers", "spill_bytes")
+                                                       if args.compiled else ()), "reason")
+    cols = [c for c in shown if c in df.columns]
+    with pd.option_context("display.max_colwidth", 90, "display.width", 240):
         print(df[cols].to_string())
+    if args.compiled:
+        c = df.attrs["compiled"]
+        print(f"compiled {c['compiled']} configs for {c['arch']}: {c['spilling']} spill, {c['failed']} failed to "
+              f"compile, {c['unlaunchable']} cannot launch with the compiled registers", file=sys.stderr)
     return 0
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from schedlib.carver.compiled import Resources, pool_size, reprice
 from schedlib.carver.enumerate import EXHAUSTIVE_LIMIT, GROWTH_BUDGET, exhaustive, grow, smallest_legal
 from schedlib.carver.model import evaluate, reason
 from schedlib.carver.problem import Problem, analyze, bind_symbolic
@@ -80,8 +81,9 @@ class _Context:
             f = self.figures[key] = evaluate(problem, t, self.profile, explain=False, memo=memo)
         return f
 
-    def row(self, config: Config) -> dict[str, Any]:
-        f = dict(self.figures_of(config))
+    def row(self, config: Config, figures: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The ranking's row for ``config``: the model's figures (or ``figures``, priced otherwise)."""
+        f = dict(self.figures_of(config) if figures is None else figures)
         f["reason"] = reason(f, self.profile)
         knobs = {(n if n not in f and n not in ("rule", "config") else f"knob_{n}"): config[n]
                  for n in self.space.names}
@@ -173,7 +175,8 @@ def _order(row: Mapping[str, Any]) -> tuple:
 
 
 def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | None = None,
-          symbolic_value: int | Mapping[str, int] | None = None, method: str = "auto") -> pd.DataFrame:
+          symbolic_value: int | Mapping[str, int] | None = None, method: str = "auto",
+          resources: Resources | None = None) -> pd.DataFrame:
     """Rank the legal, hardware-aligned configs of the rule's knob space by estimated time, best first.
 
     ``method``: "exhaustive" models every legal point, "grow" runs the Roller-style best-first growth
@@ -182,6 +185,11 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
     points were evaluated, legal (exhaustive only), launchable and aligned; when a problem admits no
     aligned point (odd tiny shapes) the unaligned legal points are ranked instead and
     ``df.attrs["aligned"]`` is False.
+
+    ``resources`` (``schedlib.runtime.resources.compiled_resources(target)``) compiles the model's best
+    ``max(2 * topk, 8)`` configs and ranks them again with the registers ptxas allots, spilling configs
+    last (:mod:`schedlib.carver.compiled`); rows then carry ``model_registers`` and ``spill_bytes``, and
+    ``df.attrs["compiled"]`` what was compiled.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -189,6 +197,12 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
         topk = int(topk)  # a numpy integer is the int it holds
     if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 1):
         raise ValueError(f"topk must be a positive int or None, got {topk!r}")
+    if resources is not None and topk is None:
+        raise ValueError("carve: resources= compiles the configs it ranks; give a topk (it compiles the best "
+                         "max(2 * topk, 8) of the model's ranking)")
+    if resources is not None and not callable(resources):
+        raise TypeError(f"resources must be a function of a Schedule (compiled_resources(target)), got "
+                        f"{type(resources).__name__}")
     ctx = _context(func, target, rule, symbolic_value)
     space = ctx.space
     use = method if method != "auto" else ("exhaustive" if space.size <= EXHAUSTIVE_LIMIT else "grow")
@@ -207,8 +221,14 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
     aligned = [c for c in launchable if ctx.figures_of(c)["aligned"]]
     ranked = aligned or launchable
     ranked.sort(key=lambda c: _order({"config": c, **ctx.figures_of(c)}))
-    keep = ranked if topk is None else ranked[:topk]
-    rows = [ctx.row(c) for c in keep]
+    compiled: dict[str, Any] | None = None
+    if resources is not None:
+        assert topk is not None  # refused above
+        rows, compiled = reprice(ctx, ranked[:pool_size(topk)], resources)
+        rows.sort(key=lambda r: (r["spill_bytes"] > 0, *_order(r)))
+        rows = rows[:topk]
+    else:
+        rows = [ctx.row(c) for c in (ranked if topk is None else ranked[:topk])]
     columns = list(rows[0]) if rows else _columns(ctx)
     df = pd.DataFrame(rows, columns=columns)
     df.attrs.update({
@@ -217,6 +237,8 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
         "launchable": len(launchable), "aligned_points": len(aligned),
         "aligned": bool(aligned) or not launchable,
     })  # fmt: skip
+    if compiled is not None:
+        df.attrs["compiled"] = compiled
     return df
 
 
@@ -246,10 +268,10 @@ def _default(ctx: _Context) -> Config | None:
 
 
 def best(func: Func, target: Any, *, rule: Rule | str | None = None,
-         symbolic_value: int | Mapping[str, int] | None = None) -> Schedule:
-    """The Schedule of the top-ranked config, ready for ``sl.build``."""
+         symbolic_value: int | Mapping[str, int] | None = None, resources: Resources | None = None) -> Schedule:
+    """The Schedule of the top-ranked config, ready for ``sl.build`` (``resources``: as for :func:`carve`)."""
     ctx = _context(func, target, rule, symbolic_value)
-    df = carve(func, ctx.profile, topk=1, rule=ctx.rule, symbolic_value=symbolic_value)
+    df = carve(func, ctx.profile, topk=1, rule=ctx.rule, symbolic_value=symbolic_value, resources=resources)
     if df.empty:
         raise ScheduleError("carver.best", "func", func.name,
                             f"the {ctx.rule.name} space has no legal point that can launch on {ctx.profile.key}")

@@ -16,6 +16,7 @@ import pytest
 
 import schedlib.search as S
 from schedlib.report import COLUMNS
+from schedlib.runtime.nvcc import find_nvcc, nvrtc_available
 from schedlib.search.records import COUNTED, OK, trial_rows
 from schedlib.search.storage import resolve_storage
 from schedlib.suites import parse_workload
@@ -64,6 +65,16 @@ def test_carve_prints_the_ranked_table() -> None:
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     assert "est_time_us" in lines[0] and len(lines) == 4
+
+
+@pytest.mark.skipif(find_nvcc() is None and not nvrtc_available(), reason="needs nvcc or NVRTC for ptxas")
+def test_carve_compiled_shows_the_registers_ptxas_allots() -> None:
+    proc = run("carve", "matmul:M=100,N=100,K=100", "--topk", "2", "--compiled")
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 3 and all(c in lines[0] for c in ("registers_per_thread", "model_registers", "spill_bytes"))
+    assert "compiling up to 8 configs for sm_90 ..." in proc.stderr
+    assert re.search(r"compiled 8 configs for sm_90: \d+ spill, 0 failed to compile, 0 cannot launch", proc.stderr)
 
 
 def test_tune_on_the_estimate_backend(tmp_path: Path) -> None:

@@ -1,0 +1,65 @@
+"""The carver's best configs priced again with the registers the compiler allots them.
+
+Why: the model reads registers per thread from the rule's estimate, and ptxas can allot more (a ragged SIMT
+matmul keeps its unrolled k step in two versions and takes 20-50 registers beyond the estimate, 3 resident
+blocks per SM becoming 2) or spill.  Given ``resources``, a function from a Schedule to what its compiled
+kernels use (``schedlib.runtime.resources.compiled_resources(target)`` builds and runs ptxas; no GPU needed),
+the best ``pool`` configs of the model's ranking are compiled, priced with those registers, and ranked
+again: configs that spill go after every config that does not, as local-memory traffic the model does not
+price would swamp a small edge in its estimate.  The compiler is not called for the rest of the space,
+which keeps a ranking to seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from schedlib.carver.model import evaluate
+from schedlib.errors import SchedlibError
+from schedlib.rules.base import Config
+
+log = logging.getLogger("schedlib.carver")
+
+Resources = Callable[[Any], Any]  # Schedule -> an object with .registers, .spill_bytes and .arch
+
+
+def pool_size(topk: int) -> int:
+    """How many of the model's best configs are compiled for a top-``topk`` ranking: twice as many, at least
+    8, so that a config the estimate placed just below the cut can rise into it."""
+    return max(2 * topk, 8)
+
+
+def reprice(ctx: Any, ranked: list[Config], resources: Resources) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows for ``ranked`` (the model's order, already cut to the pool) priced with compiled registers, best
+    first, and what happened (``arch``, ``compiled``, ``failed``, ``unlaunchable``, ``spilling``).  A config
+    whose kernel fails to build or compile is left out and counted, with a warning naming it."""
+    rows: list[dict[str, Any]] = []
+    counts: dict[str, Any] = {"arch": None, "compiled": 0, "failed": 0, "unlaunchable": 0, "spilling": 0}
+    for config in ranked:
+        schedule = ctx.rule.apply(ctx.func, ctx.profile, config)
+        try:
+            usage = resources(schedule)
+        except SchedlibError as err:
+            counts["failed"] += 1
+            log.warning("carve: %s config %s did not compile, left out: %s", ctx.rule.name, config,
+                        str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
+            continue
+        counts["compiled"] += 1
+        counts["arch"] = usage.arch
+        tiling = ctx.tiling(config, ctx.key(config))
+        problem = ctx.problem(tiling.main_block)
+        memo = ctx.memo.setdefault(("traffic", problem.main), {})
+        figures = evaluate(problem, replace(tiling, registers=int(usage.registers)), ctx.profile, explain=False,
+                           memo=memo)
+        if figures["blocks_per_sm"] == 0:
+            counts["unlaunchable"] += 1
+            continue
+        row = ctx.row(config, figures)
+        row["model_registers"] = tiling.registers
+        row["spill_bytes"] = int(usage.spill_bytes)
+        counts["spilling"] += row["spill_bytes"] > 0
+        rows.append(row)
+    return rows, counts
