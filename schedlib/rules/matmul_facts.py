@@ -36,8 +36,8 @@ class MatmulFacts:
     epilogue: tuple[str, ...]
     in_bytes: int
     extents: dict[str, Expr]
-    # element-wise stages computing an operand from func inputs (``relu(X) @ W``): the SIMT template applies
-    # them in its copy into shared memory
+    # element-wise stages computing an operand from func inputs (``relu(X) @ W``, ``float(W) * s @ ...``),
+    # readers first: the SIMT template applies them in its copy into shared memory
     prologue: tuple[str, ...] = ()
 
 
@@ -62,13 +62,12 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
     for acc in (acc_a, acc_b):
         if acc.buffer in func.inputs:
             continue
-        stage = None if scaled else _prologue_stage(func, main, acc.buffer)
-        if stage is not None and stage in prologue:
-            continue  # one stage read as both operands (relu(X) @ relu(X).T): each read's copy computes it
-        if stage is None:
-            return (f"operand {acc.buffer} must be a func input, or computed from func inputs by one element-wise "
-                    f"stage that only the matmul reads")
-        prologue.append(stage)
+        stages = None if scaled else _prologue_stages(func, main, acc.buffer)
+        if stages is None:
+            return (f"operand {acc.buffer} must be a func input, or computed from func inputs by element-wise "
+                    f"stages that only the matmul reads")
+        # one stage read as both operands (relu(X) @ relu(X).T): each read's copy computes it
+        prologue += [name for name in stages if name not in prologue]
     if not (acc_a.plain and acc_b.plain):
         return "operands must be indexed by plain axes"
     if acc_a.buffer == acc_b.buffer and (scaled or acc_a.axes == acc_b.axes):
@@ -105,19 +104,32 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
                        acc_b.axes[-1], tuple(b.name for b in epi), in_bytes, extents, tuple(prologue))
 
 
-def _prologue_stage(func: Func, main: Block, buffer: str) -> str | None:
-    """The name of the element-wise stage computing operand ``buffer`` from func inputs alone, read by ``main``
-    alone and not a func output (so it can be computed where the operand is staged, never stored); None when
-    there is no such stage."""
-    producers = func.producers(buffer)
-    if len(producers) != 1 or buffer in func.outputs:
-        return None
-    stage = producers[0]
-    if not is_elementwise(stage) or [b.name for b in func.consumers(buffer)] != [main.name]:
-        return None
-    if any(name not in func.inputs for name in stage.read_buffers):
-        return None  # a chain of stages: one is staged in the copy, not several
-    return stage.name
+def _prologue_stages(func: Func, main: Block, buffer: str) -> tuple[str, ...] | None:
+    """The element-wise stages computing operand ``buffer`` from func inputs (a chain or a tree of them:
+    ``scale(float(W))``), each read only by ``main`` or by another of them and none a func output, so all can
+    be computed where the operand is staged and never stored; readers before the stages they read (the order
+    they inline in).  None when the operand has no such stages."""
+    order: list[str] = []
+    pending = [buffer]
+    while pending:
+        name = pending.pop(0)
+        producers = func.producers(name)
+        if len(producers) != 1 or name in func.outputs:
+            return None
+        stage = producers[0]
+        if not is_elementwise(stage):
+            return None
+        if stage.name in order:
+            continue  # read twice within the tree (a diamond): listed once, inlined into each reader
+        order.append(stage.name)
+        pending += [n for n in stage.read_buffers if n not in func.inputs]
+    readers_allowed = {main.name, *order}
+    for name in order:
+        if any(r.name not in readers_allowed for r in func.consumers(func.block(name).store)):
+            return None  # also read elsewhere: it must be stored
+    # readers first (func order is a topological one): a stage is inlined once every reader it had is gone
+    position = {b.name: i for i, b in enumerate(func.blocks)}
+    return tuple(sorted(order, key=lambda name: -position[name]))
 
 
 def _two_operands(main: Block) -> tuple[Access, Access] | str:

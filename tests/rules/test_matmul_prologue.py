@@ -1,6 +1,7 @@
-"""An operand computed from func inputs by one element-wise stage (``relu(X) @ W``, a weight scaled per row) is
-a matmul operand: the SIMT template computes the stage as it copies the inputs into shared memory, so the
-stage is never stored.  Emulated against the reference and compiled for sm_80/sm_90 within the limits.
+"""An operand computed from func inputs by element-wise stages (``relu(X) @ W``, a weight scaled per row, a
+chain such as ``float(Wq) * s``) is a matmul operand: the SIMT template computes the stages as it copies the
+inputs into shared memory, so they are never stored.  Emulated against the reference and compiled for
+sm_80/sm_90 within the limits.
 """
 
 from __future__ import annotations
@@ -34,6 +35,27 @@ def relu_matmul(m: int, n: int, depth: int, dtype: str = "float32", scaled_weigh
     return sl.func([X, W, *([s] if scaled_weight else []), D], "relu_matmul")
 
 
+def dequant_chain(m: int, n: int, depth: int) -> Func:
+    """``X @ (float16(Wq) * s[n])``: an int8 weight widened, then scaled per column, in two stages."""
+    X, Wq = sl.placeholder((m, depth), "float16", "X"), sl.placeholder((depth, n), "int8", "Wq")
+    s = sl.placeholder((n,), "float16", "s")
+    Wf = sl.compute((depth, n), lambda k, j: Wq[k, j].astype("float16"), "Wf")
+    Ws = sl.compute((depth, n), lambda k, j: Wf[k, j] * s[j], "Ws")
+    k = sl.reduce_axis(depth, "k")
+    C = sl.compute((m, n), lambda i, j: sl.sum(X[i, k].astype("float32") * Ws[k, j].astype("float32"), axis=k), "C")
+    return sl.func([X, Wq, s, C], "dequant_chain")
+
+
+def diamond(m: int, n: int, depth: int) -> Func:
+    """``Q = R + 2 R`` with ``R = relu(X)``: a stage read twice within the operand's stages."""
+    X, W = sl.placeholder((m, depth), "float32", "X"), sl.placeholder((depth, n), "float32", "W")
+    R = sl.compute((m, depth), lambda i, k: sl.maximum(X[i, k], 0.0), "R")
+    P = sl.compute((m, depth), lambda i, k: R[i, k] * 2.0, "P")
+    Q = sl.compute((m, depth), lambda i, k: R[i, k] + P[i, k], "Q")
+    k = sl.reduce_axis(depth, "k")
+    return sl.func([X, W, sl.compute((m, n), lambda i, j: sl.sum(Q[i, k] * W[k, j], axis=k), "C")], "diamond")
+
+
 SIMT = {"block_m": 32, "block_n": 32, "block_k": 16, "thread_m": 4, "thread_n": 4, "vector": 4, "split_k": 1,
         "stages": 2, "tensor_core": False, "raster": 1}
 
@@ -58,6 +80,28 @@ def test_computed_operands_are_computed_in_the_copy(make: Callable[[], Func], co
     assert math.isfinite(sl.carver.estimate(f, H100, sch.config)["est_time_us"])
 
 
+@pytest.mark.parametrize(("make", "stages", "config"), [
+    (lambda: dequant_chain(70, 64, 96), ("Ws", "Wf"), None),  # ragged rows
+    (lambda: diamond(33, 40, 50), ("Q", "P", "R"), None),
+    (lambda: dequant_chain(64, 64, 4096), ("Ws", "Wf"), {**SIMT, "split_k": 4}),
+], ids=["dequant-chain", "diamond", "dequant-chain-split-k"])
+def test_chains_of_stages_are_computed_in_the_copy(make: Callable[[], Func], stages: tuple[str, ...],
+                                                   config: dict | None, rng: np.random.Generator) -> None:
+    """Regression: an operand computed by two stages or more (a dequantised weight widened, then scaled) was
+    declined and ran on the serial fallback."""
+    f = make()
+    facts = MATMUL.analyze(f, H100)
+    assert not isinstance(facts, str), facts
+    assert facts.prologue == stages  # readers first: the order they inline in
+    sch = rules.apply_default(f, "h100") if config is None else MATMUL.apply(f, H100, config)
+    assert sch.rule == "matmul" and not set(stages) & set(sch.blocks)
+    check_schedule(f, sch, rng)
+    plain = sl.workloads.matmul(64, 64, 4096, "float16")
+    if config is not None:  # the stages' reads are the k loop's steps, not steps of their own
+        assert sl.carver.estimate(f, H100, config)["round_trips_per_block"] == \
+            sl.carver.estimate(plain, H100, config)["round_trips_per_block"]
+
+
 def test_tensor_cores_are_not_offered_for_a_computed_operand() -> None:
     """cp.async and the TMA copy global memory as it is: the stage has nowhere to run, so the space is SIMT."""
     f = relu_matmul(128, 128, 64, "float16")
@@ -68,11 +112,19 @@ def test_tensor_cores_are_not_offered_for_a_computed_operand() -> None:
 def test_stages_the_copy_cannot_take_are_declined_with_the_reason() -> None:
     X, W = sl.placeholder((32, 32), "float32", "X"), sl.placeholder((32, 32), "float32", "W")
     A = sl.compute((32, 32), lambda i, k: sl.maximum(X[i, k], 0.0), "A")
-    A2 = sl.compute((32, 32), lambda i, k: A[i, k] * 2.0, "A2")  # a chain of two stages
+    A2 = sl.compute((32, 32), lambda i, k: A[i, k] * 2.0, "A2")
     k = sl.reduce_axis(32, "k")
+    # a stage of the chain that another block reads too (here the epilogue) must be stored
     C = sl.compute((32, 32), lambda i, j: sl.sum(A2[i, k] * W[k, j], axis=k), "C")
-    why = MATMUL.applies(sl.func([X, W, C], "chain"), H100)
-    assert why is not None and "operand A2 must be a func input, or computed from func inputs by one" in why
+    D = sl.compute((32, 32), lambda i, j: C[i, j] + A[i, j], "D")
+    why = MATMUL.applies(sl.func([X, W, D], "chain_read_twice"), H100)
+    assert why is not None and "operand A2 must be a func input, or computed from func inputs by element-wise" in why
+    # a reduction among the stages is no element-wise stage
+    r = sl.reduce_axis(32, "r")
+    rowsum = sl.compute((32,), lambda i: sl.sum(X[i, r], axis=r), "rowsum")
+    A3 = sl.compute((32, 32), lambda i, k: X[i, k] / rowsum[i], "A3")
+    C3 = sl.compute((32, 32), lambda i, j: sl.sum(A3[i, k] * W[k, j], axis=k), "C")
+    assert MATMUL.applies(sl.func([X, W, C3], "normalised"), H100) is not None
     # the stage is also a func output: it must be stored, so it cannot live in the copy alone
     C2 = sl.compute((32, 32), lambda i, j: sl.sum(A[i, k] * W[k, j], axis=k), "C")
     assert "operand A must be" in MATMUL.applies(sl.func([X, W, A, C2], "stored"), H100)
