@@ -20,13 +20,19 @@ RULE = get_rule("general_reduction")
 H100 = sl.hw.load("h100")
 
 
-def layernorm_stats(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
-    """``Y = (X - mean) * rstd`` with ``mean`` and ``rstd`` (row statistics over two reductions) as outputs."""
-    X = sl.placeholder((rows, cols), dtype, "X")
+def _sum_and_sum_of_squares(X: sl.Tensor, rows: int, cols: int) -> tuple[sl.Tensor, sl.Tensor]:
+    """A row's sum and its sum of squares, accumulated in fp32."""
     k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
     s1 = sl.compute((rows,), lambda i: sl.sum(X[i, k1].astype("float32"), axis=k1), "S1")
     s2 = sl.compute((rows,), lambda i: sl.sum(X[i, k2].astype("float32") * X[i, k2].astype("float32"), axis=k2),
                     "S2")
+    return s1, s2
+
+
+def layernorm_stats(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
+    """``Y = (X - mean) * rstd`` with ``mean`` and ``rstd`` (row statistics over two reductions) as outputs."""
+    X = sl.placeholder((rows, cols), dtype, "X")
+    s1, s2 = _sum_and_sum_of_squares(X, rows, cols)
     mean = sl.compute((rows,), lambda i: s1[i] / float(cols), "mean")
     rstd = sl.compute((rows,), lambda i: sl.rsqrt(sl.maximum(s2[i] / float(cols) - mean[i] * mean[i], 0.0) + 1e-5),
                       "rstd")
@@ -59,11 +65,7 @@ def max_and_sum(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
 def moments(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
     """A row's sum and sum of squares side by side, both outputs and read by nothing (a variance's parts)."""
     X = sl.placeholder((rows, cols), dtype, "X")
-    k1, k2 = sl.reduce_axis(cols, "k"), sl.reduce_axis(cols, "k")
-    s1 = sl.compute((rows,), lambda i: sl.sum(X[i, k1].astype("float32"), axis=k1), "S1")
-    s2 = sl.compute((rows,), lambda i: sl.sum(X[i, k2].astype("float32") * X[i, k2].astype("float32"), axis=k2),
-                    "S2")
-    return sl.func([X, s1, s2], "moments")
+    return sl.func([X, *_sum_and_sum_of_squares(X, rows, cols)], "moments")
 
 
 def softmax_lse(rows: int, cols: int, dtype: str = "float32") -> sl.Func:
