@@ -39,8 +39,10 @@ def reprice(ctx: Any, ranked: list[Config], resources: Resources) -> tuple[list[
     rows: list[dict[str, Any]] = []
     counts: dict[str, Any] = {"arch": None, "compiled": 0, "failed": 0, "unlaunchable": 0, "spilling": 0}
     for config in ranked:
-        schedule = ctx.rule.apply(ctx.func, ctx.profile, config)
         try:
+            schedule = ctx.rule.apply(ctx.func, ctx.profile, config)
+            if schedule is None:
+                raise SchedlibError(f"rule {ctx.rule.name} declined {ctx.func.name} at apply time")
             usage = resources(schedule)
         except SchedlibError as err:
             counts["failed"] += 1
