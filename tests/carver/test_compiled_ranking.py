@@ -12,7 +12,7 @@ import pytest
 
 import schedlib as sl
 from schedlib.carver.compiled import pool_size
-from schedlib.errors import CompileError
+from schedlib.errors import CompileError, ScheduleError
 from schedlib.rules import get_rule
 from schedlib.runtime.nvcc import find_nvcc, nvrtc_available
 from schedlib.runtime.resources import compiled_resources
@@ -88,6 +88,28 @@ def test_a_config_that_fails_to_compile_is_left_out_and_counted(caplog: pytest.L
     assert bad not in [StandInCompiler.tile(c) for c in df["config"]]
     assert df.attrs["compiled"]["failed"] == 1 and df.attrs["compiled"]["compiled"] == 7
     assert "did not compile, left out: ptxas: error in a stand-in kernel" in caplog.text
+
+
+def test_a_config_the_rule_fails_to_schedule_is_left_out_and_counted(monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """The model ranked a config that the rule's schedule then refuses: it is counted as failed, not raised."""
+    top = _model_top(pool_size(2))
+    bad = StandInCompiler.tile(top[1])
+    rule = get_rule("matmul")
+    schedule = type(rule).schedule
+
+    def refusing(self: Any, func: Any, facts: Any, config: Any, target: Any) -> sl.Schedule:
+        if StandInCompiler.tile(dict(config)) == bad:
+            raise ScheduleError("split", "factors", [7], "a stand-in refusal")
+        return schedule(self, func, facts, config, target)
+
+    monkeypatch.setattr(type(rule), "schedule", refusing)
+    compiler = StandInCompiler({})
+    df = sl.carver.carve(RAGGED, H100, topk=2, resources=compiler)
+    assert bad not in [StandInCompiler.tile(c) for c in df["config"]]
+    assert df.attrs["compiled"]["failed"] == 1 and df.attrs["compiled"]["compiled"] == 7
+    assert compiler.calls == 7  # the refused config never reached the compiler
+    assert "a stand-in refusal" in caplog.text
 
 
 def test_a_config_that_cannot_launch_with_its_compiled_registers_is_left_out() -> None:
