@@ -26,6 +26,7 @@ from schedlib.ir.expr import Binary, Call, Cast, Expr, Load, Select, Var
 from schedlib.ir.func import Block, Func
 from schedlib.ir.reference import evaluate_int
 from schedlib.ir.simplify import children, free_vars
+from schedlib.rules.analysis import operand_stages
 
 DEFAULT_SYMBOLIC_VALUE = 4096  # what a symbolic dimension is ranked at unless told otherwise
 _ARITH = ("+", "-", "*", "/", "min", "max")
@@ -211,16 +212,15 @@ def _block_work(block: Block, terms: tuple[Term, ...], main: bool, reads: bool) 
 
 
 def _prologue(func: Func, main: Block) -> set[str]:
-    """The element-wise stages before ``main`` that only ``main`` (through each other) reads and that are no
-    func output: the rules compute them where ``main`` reads its operands (inlined, or in the copy into shared
-    memory), so their global reads are ``main``'s loop steps, not steps of their own."""
+    """The element-wise stages that compute ``main``'s operands and that only ``main`` (through each other)
+    reads (:func:`~schedlib.rules.analysis.operand_stages`, as the rules decide it): the rules compute them
+    where ``main`` reads its operands (inlined, or in the copy into shared memory), so their global reads are
+    ``main``'s loop steps, not steps of their own."""
     stages: set[str] = set()
-    before = func.blocks[:func.blocks.index(main)]
-    for b in reversed(before):
-        readers = {r.name for r in func.consumers(b.store)}
-        if (b.reducer is None and b.store not in func.outputs and readers
-                and readers <= stages | {main.name}):
-            stages.add(b.name)
+    for buffer in main.read_buffers:
+        found = () if buffer in func.inputs else operand_stages(func, main, buffer)
+        if not isinstance(found, str):
+            stages.update(found)
     return stages
 
 

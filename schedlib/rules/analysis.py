@@ -143,6 +143,41 @@ def inline_prologue(func: Func, main: Block) -> tuple[Func, tuple[str, ...]] | s
     return view, order
 
 
+def operand_stages(func: Func, main: Block, buffer: str) -> tuple[str, ...] | str:
+    """The element-wise stages computing ``buffer`` (which ``main`` reads) from func inputs, a chain or a tree
+    of them (``scale(float(W))``), readers before the stages they read (the order they inline in); or why
+    they cannot all be computed where ``main`` reads ``buffer`` and never stored.
+
+    Each stage must be read only by ``main`` or by another of them, and be no func output: a template then
+    computes them in its copy of the operand (the matmul's into shared memory), and the carver counts their
+    global reads as ``main``'s loop steps.  A stage read twice within the tree (a diamond) is listed once.
+    """
+    order: list[str] = []
+    pending = [buffer]
+    while pending:
+        name = pending.pop(0)
+        producers = func.producers(name)
+        if name in func.outputs:
+            return f"{name} is a func output, which must be stored"
+        if len(producers) != 1:
+            return f"{name} has {len(producers)} producing blocks, not one"
+        stage = producers[0]
+        if not is_elementwise(stage):
+            return f"block {stage.name} computing {name} is not element-wise"
+        if stage.name in order:
+            continue
+        order.append(stage.name)
+        pending += [n for n in stage.read_buffers if n not in func.inputs]
+    allowed = {main.name, *order}
+    for name in order:
+        others = [r.name for r in func.consumers(func.block(name).store) if r.name not in allowed]
+        if others:
+            return f"block {others[0]} reads {func.block(name).store} too, so it must be stored"
+    # func order is a topological one: a stage is inlined once every reader it had is gone
+    position = {b.name: i for i, b in enumerate(func.blocks)}
+    return tuple(sorted(order, key=lambda name: -position[name]))
+
+
 def const_or(e: Expr, default: int) -> int:
     """A constant extent, or ``default`` for a symbolic one (rules plan for a representative value)."""
     v = as_int(e)

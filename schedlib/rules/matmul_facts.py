@@ -15,7 +15,7 @@ from schedlib.rules.analysis import (
     Access,
     access_of,
     epilogue_chain,
-    is_elementwise,
+    operand_stages,
     product_loads,
     product_operands,
     stores_plainly,
@@ -62,10 +62,12 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
     for acc in (acc_a, acc_b):
         if acc.buffer in func.inputs:
             continue
-        stages = None if scaled else _prologue_stages(func, main, acc.buffer)
-        if stages is None:
+        if scaled:  # the GEMV template multiplies what it loads in registers; its rule inlines stages first
+            return f"operand {acc.buffer} of a product of more than two loads must be a func input"
+        stages = operand_stages(func, main, acc.buffer)
+        if isinstance(stages, str):
             return (f"operand {acc.buffer} must be a func input, or computed from func inputs by element-wise "
-                    f"stages that only the matmul reads")
+                    f"stages that only the matmul reads ({stages})")
         # one stage read as both operands (relu(X) @ relu(X).T): each read's copy computes it
         prologue += [name for name in stages if name not in prologue]
     if not (acc_a.plain and acc_b.plain):
@@ -102,34 +104,6 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
     in_bytes = BYTES[func.buffer(acc_a.buffer).dtype]
     return MatmulFacts(main.name, batch, only_a[-1], only_b[-1], k, acc_a.buffer, acc_b.buffer, acc_a.axes[-1],
                        acc_b.axes[-1], tuple(b.name for b in epi), in_bytes, extents, tuple(prologue))
-
-
-def _prologue_stages(func: Func, main: Block, buffer: str) -> tuple[str, ...] | None:
-    """The element-wise stages computing operand ``buffer`` from func inputs (a chain or a tree of them:
-    ``scale(float(W))``), each read only by ``main`` or by another of them and none a func output, so all can
-    be computed where the operand is staged and never stored; readers before the stages they read (the order
-    they inline in).  None when the operand has no such stages."""
-    order: list[str] = []
-    pending = [buffer]
-    while pending:
-        name = pending.pop(0)
-        producers = func.producers(name)
-        if len(producers) != 1 or name in func.outputs:
-            return None
-        stage = producers[0]
-        if not is_elementwise(stage):
-            return None
-        if stage.name in order:
-            continue  # read twice within the tree (a diamond): listed once, inlined into each reader
-        order.append(stage.name)
-        pending += [n for n in stage.read_buffers if n not in func.inputs]
-    readers_allowed = {main.name, *order}
-    for name in order:
-        if any(r.name not in readers_allowed for r in func.consumers(func.block(name).store)):
-            return None  # also read elsewhere: it must be stored
-    # readers first (func order is a topological one): a stage is inlined once every reader it had is gone
-    position = {b.name: i for i, b in enumerate(func.blocks)}
-    return tuple(sorted(order, key=lambda name: -position[name]))
 
 
 def _two_operands(main: Block) -> tuple[Access, Access] | str:
