@@ -119,6 +119,7 @@ def test_stages_the_copy_cannot_take_are_declined_with_the_reason() -> None:
     D = sl.compute((32, 32), lambda i, j: C[i, j] + A[i, j], "D")
     why = MATMUL.applies(sl.func([X, W, D], "chain_read_twice"), H100)
     assert why is not None and "operand A2 must be a func input, or computed from func inputs by element-wise" in why
+    assert why.endswith("(block D reads A too, so it must be stored)")
     # a reduction among the stages is no element-wise stage
     r = sl.reduce_axis(32, "r")
     rowsum = sl.compute((32,), lambda i: sl.sum(X[i, r], axis=r), "rowsum")
@@ -127,7 +128,8 @@ def test_stages_the_copy_cannot_take_are_declined_with_the_reason() -> None:
     assert MATMUL.applies(sl.func([X, W, C3], "normalised"), H100) is not None
     # the stage is also a func output: it must be stored, so it cannot live in the copy alone
     C2 = sl.compute((32, 32), lambda i, j: sl.sum(A[i, k] * W[k, j], axis=k), "C")
-    assert "operand A must be" in MATMUL.applies(sl.func([X, W, A, C2], "stored"), H100)
+    why = MATMUL.applies(sl.func([X, W, A, C2], "stored"), H100)
+    assert why is not None and "operand A must be" in why and why.endswith("(A is a func output, which must be stored)")
 
 
 def test_one_stage_read_as_both_operands_and_a_small_side(rng: np.random.Generator) -> None:
