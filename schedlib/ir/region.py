@@ -169,10 +169,12 @@ def covers_box(func: Func, block: Block, indices: Sequence[Expr], fixed: set[str
 def tiles_whole_buffer(func: Func, host: Block, fixed: set[str], shape: Sequence[Expr],
                        region: Sequence[tuple[Expr, Expr]]) -> bool:
     """True if the per-iteration boxes of ``region`` (``access_region`` with ``fixed`` loops held), over all
-    iterations of those loops, cover every element of a buffer of ``shape``: each dimension is read whole, or
-    tiled exactly by a fixed loop of its own (box ``[v * e, e)`` with ``v`` running over ``ceil(n / e)``
-    values; for a symbolic ``n``, ``e`` = 1 and ``v`` running over ``n``).  One loop tiling two dimensions
-    walks a diagonal.  A sufficient condition, not a necessary one: anything else answers False."""
+    iterations of those loops, cover every element of a buffer of ``shape`` exactly once: each dimension is
+    whole, or tiled exactly by a fixed loop of its own (box ``[v * e, e)`` with ``v`` running over
+    ``ceil(n / e)`` values; for a symbolic ``n``, ``e`` = 1 and ``v`` running over ``n``), and every other
+    fixed loop runs once.  One loop tiling two dimensions walks a diagonal; a fixed loop that tiles none
+    would compute the same boxes again in each of its iterations (concurrently, where it is bound to blocks
+    or threads).  A sufficient condition, not a necessary one: anything else answers False."""
     extents = {lp.name: lp.extent for lp in func.all_loops(host)}
     used: set[str] = set()
     for (base, extent), size in zip(region, shape):
@@ -191,4 +193,4 @@ def tiles_whole_buffer(func: Func, host: Block, fixed: set[str], shape: Sequence
             (e == 1 and trips is not None and simplify(trips) == simplify(size))
         if not whole:
             return False
-    return True
+    return all(name in used or as_int(extent) == 1 for name, extent in extents.items() if name in fixed)

@@ -107,6 +107,33 @@ def _host_on_a_slice() -> sl.Schedule:
     return schedule(sl.func([A, C, D], "host_on_a_slice"), lambda s: s.compute_at("B", "C.i"))
 
 
+def _fused_and_split_host() -> sl.Schedule:
+    """Y's (i, j) fused and split in fours over blocks: an iteration covers four elements, not whole rows."""
+    def fuse_and_split(s: sl.Schedule) -> None:
+        outer, inner = s.split(s.fuse("Y.i", "Y.j"), [None, 4])
+        s.bind(outer, "blockIdx.x")
+        s.bind(inner, "threadIdx.x")
+    return schedule(scaled_with_sum(), fuse_and_split)
+
+
+def _column_tiles_outside() -> sl.Schedule:
+    """Y's columns split in threes with the tile loop (3 long) inside the row loop and the other outside."""
+    def reorder(s: sl.Schedule) -> None:
+        outer, inner = s.split("Y.j", [None, 3])
+        s.reorder("Y.i", inner, outer)
+    return schedule(scaled_with_sum(), reorder)
+
+
+def _recomputed_host() -> sl.Schedule:
+    """B is computed again in every iteration of C.i (which reads all of it); D shares nothing with either."""
+    A = sl.placeholder((8, 16), "float32", "A")
+    B = sl.compute((16,), lambda j: A[0, j] * 2.0, "B")
+    D = sl.compute((16,), lambda j: A[1, j] + 1.0, "D")
+    k = sl.reduce_axis(16, "k")
+    C = sl.compute((8,), lambda i: sl.sum(A[i, k] * B[k], axis=k), "C")
+    return schedule(sl.func([A, D, C], "recomputed_host"), lambda s: s.compute_at("B", "C.i"))
+
+
 NEGATIVE = [
     Reject("compute-with-reads-host", lambda: sl.Schedule(_chained()), lambda s: s.compute_with("C", "B.i"),
            "compute_with", "block", "C", "reads B, which B writes; use reverse_compute_at"),
@@ -122,7 +149,15 @@ NEGATIVE = [
            lambda s: s.compute_with("S", "Y.j_0"), "compute_with", "loop", "Y.j_0",
            "each cover part of dimension 1 of Y, which S lacks"),
     Reject("compute-with-host-covers-a-slice", _host_on_a_slice, lambda s: s.compute_with("D", "B.i"),
-           "compute_with", "loop", "B.i", "do not cover all of D between them"),
+           "compute_with", "loop", "B.i", "do not cover D exactly once between them"),
+    # a loop at or above the host loop that tiles none of the block's dimensions would compute it again in
+    # each of its iterations (concurrently where bound to blocks or threads: a race on its global buffer)
+    Reject("compute-with-fused-host-loop", _fused_and_split_host, lambda s: s.compute_with("S", "Y.i_j_fused_0"),
+           "compute_with", "loop", "Y.i_j_fused_0", "do not cover S exactly once between them"),
+    Reject("compute-with-loop-tiling-none-of-it", _column_tiles_outside, lambda s: s.compute_with("S", "Y.j_1"),
+           "compute_with", "loop", "Y.j_1", "do not cover S exactly once between them"),
+    Reject("compute-with-host-run-again", _recomputed_host, lambda s: s.compute_with("D", "B.j"),
+           "compute_with", "loop", "B.j", "do not cover D exactly once between them"),
     Reject("compute-with-reader-would-run-first", lambda: sl.Schedule(_reader_between()),
            lambda s: s.compute_with("S", "Q.i"), "compute_with", "block", "S",
            "block T would run before S, which produces S"),

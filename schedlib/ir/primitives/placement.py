@@ -177,7 +177,8 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     if buf.name in func.outputs and not tiles_whole_buffer(func, host, fixed, buf.shape, region):
         # an output must still be written whole: the loop's iterations have to read all of it between them
         fail(prim, "block", block, f"writes output {buf.name}, and the iterations of {loop} do not read all of "
-                                   "it (each reads one tile of a row-by-row or tile-by-tile walk, or the whole)")
+                                   "it exactly once between them (each reads one tile of a row-by-row or "
+                                   "tile-by-tile walk, or the whole, and every other loop at or above it runs once)")
     moved = _regenerate(func, blk, dict(zip(stored, region)), Attach(host.name, loop, "before"))
     out = func.with_block(moved)
     if buf.scope != "global":
@@ -353,8 +354,10 @@ def compute_with(func: Func, block: str, loop: str) -> tuple[Func, None]:
             fail(prim, "loop", loop, f"its iterations each cover part of dimension {d} of {host_buf.name}, which "
                                      f"{buf.name} lacks: {block} would be computed again in each of them")
     if not tiles_whole_buffer(func, host, fixed, buf.shape, region[:rank]):
-        fail(prim, "loop", loop, f"its iterations do not cover all of {buf.name} between them (each dimension "
-                                 "must be whole or tiled by a loop of its own)")
+        fail(prim, "loop", loop, f"its iterations do not cover {buf.name} exactly once between them (each "
+                                 "dimension must be whole or tiled by a loop of its own, and every other loop "
+                                 f"at or above it run once, or {block} would be computed again in each of its "
+                                 "iterations)")
     stored = _store_axes(blk)
     assert stored is not None  # _check_movable refused anything else
     moved = _regenerate(func, blk, dict(zip(stored, region)), Attach(host.name, loop, "before"))
