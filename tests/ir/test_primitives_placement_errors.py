@@ -97,6 +97,19 @@ def _every_other() -> sl.Schedule:
     return sl.Schedule(sl.func([X, sl.compute((4,), lambda i: R[2 * i] * 2.0, "Y2"), R], "every_other"))
 
 
+def _row_output_under_column_tiles() -> sl.Schedule:
+    """R (a row sum, an output) read by Y[i, j]; Y's column-tile loop (3 long) sits inside its row loop with
+    the loop over tiles outside: R[i] would be computed in each of the three iterations."""
+    X = sl.placeholder((6, 10), "float32", "X")
+    k = sl.reduce_axis(10, "k")
+    R = sl.compute((6,), lambda i: sl.sum(X[i, k], axis=k), "R")
+    Y = sl.compute((6, 10), lambda i, j: X[i, j] - R[i], "Y")
+    s = sl.Schedule(sl.func([X, Y, R], "row_output"))
+    outer, inner = s.split("Y.j", [None, 3])
+    s.reorder("Y.i", inner, outer)
+    return s
+
+
 NEGATIVE = [
     # Regression: accepted, and codegen then dropped the vectorization without a word.
     Reject("compute-at-vectorized-loop", _ew_split_vectorized, lambda s: s.compute_at("X_local", "E0.i1_1"),
@@ -112,6 +125,8 @@ NEGATIVE = [
            "compute_at", "block", "C_init", "C is also written by C"),
     Reject("compute-at-output", _every_other, lambda s: s.compute_at("R", "Y2.i"), "compute_at", "block", "R",
            "writes output R, and the iterations of Y2.i do not read all of it"),
+    Reject("compute-at-output-again-per-tile", _row_output_under_column_tiles, lambda s: s.compute_at("R", "Y.j_1"),
+           "compute_at", "block", "R", "do not read all of it exactly once between them"),
     Reject("compute-at-compacted", _mm_relu_staged, lambda s: s.compute_at("A_shared", "C.i"), "compute_at",
            "block", "A_shared", "does not store at its plain spatial axes"),
     Reject("compute-at-unread", _unread, lambda s: s.compute_at("B", "C.i"), "compute_at", "block", "B",
