@@ -147,6 +147,19 @@ def test_a_symbolic_row_count(make, rng: np.random.Generator) -> None:
         run_and_compare(f, kernel, rng, {"M": rows})
 
 
+@pytest.mark.parametrize("make", [softmax_lse, moments])
+def test_a_symbolic_row_length(make, rng: np.random.Generator) -> None:
+    """The columns split over threads leave a box of ceil(N / f) * f around a row of N: still the whole row, so
+    the statistic nothing reads is placed beside it (compute_with refused it, and every config failed)."""
+    f = make(4, sl.var("N"))
+    sch = sl.rules.apply_default(f, H100)
+    assert sch.rule == "general_reduction"
+    kernel = sl.build(sch, "h100")
+    assert len(kernel.launch) == 1
+    for cols in (1, 70):
+        run_and_compare(f, kernel, rng, {"N": cols})
+
+
 def test_the_carver_counts_the_statistics_as_output_bytes() -> None:
     f = layernorm_stats(4096, 4096)
     row = sl.carver.estimate(f, H100, RULE.default_config(f, H100))

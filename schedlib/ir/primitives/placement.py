@@ -349,10 +349,16 @@ def compute_with(func: Func, block: str, loop: str) -> tuple[Func, None]:
             fail(prim, "loop", loop, f"{lp.name} at or above it reduces; {block} would run again on every step")
     fixed = _fixed_loops(func, host, idx, "global")  # each thread computes its own elements
     region = access_region(func, [(host, host.store_indices)], fixed, host_buf.shape)
+    # A dimension the block lacks must be walked whole in each iteration: its index may not move with a loop
+    # held there.  (Asked of the index, not the region's box, which a split of a symbolic extent leaves at
+    # ceil(N / f) * f, and which a fused index widens to the whole dimension while it still moves.)
+    binding = {a.name: b for a, b in zip(host.axes, host.bindings)}
     for d in range(rank, len(host_buf.shape)):
-        if region[d] != (Const(0), host_buf.shape[d]):
-            fail(prim, "loop", loop, f"its iterations each cover part of dimension {d} of {host_buf.name}, which "
-                                     f"{buf.name} lacks: {block} would be computed again in each of them")
+        moving = sorted(free_vars(substitute(host.store_indices[d], binding)) & fixed)
+        if moving:
+            fail(prim, "loop", loop, f"its iterations each cover part of dimension {d} of {host_buf.name} (its "
+                                     f"index moves with {', '.join(moving)}), which {buf.name} lacks: {block} "
+                                     "would be computed again in each of them")
     if not tiles_whole_buffer(func, host, fixed, buf.shape, region[:rank]):
         fail(prim, "loop", loop, f"its iterations do not cover {buf.name} exactly once between them (each "
                                  "dimension must be whole or tiled by a loop of its own, and every other loop "
