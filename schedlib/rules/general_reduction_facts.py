@@ -51,9 +51,13 @@ class GeneralReductionFacts:
 def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     """The facts of a softmax / norm-shaped func, or why it is not one."""
     computed = func.blocks
-    out = computed[-1]
+    # The output over (rows, cols) leads the row's block wherever the func lists it: statistics beside it (a
+    # log-sum-exp listed after the softmax) come later in the func's order, as nothing it computes reads them.
+    wide = [b for b in computed if b.store in func.outputs and len(b.axes) >= 2 and is_elementwise(b)]
+    out = wide[-1] if wide else computed[-1]
     if out.store not in func.outputs:
         return "needs the last stage to write a func output"
+    others_computed = [b for b in computed if b is not out]
     reductions = [b for b in computed if b.reducer is not None]
     if not reductions or len(computed) < 2:
         return "needs at least one reduction feeding an element-wise output"
@@ -74,7 +78,7 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     else:
         shape = [a.extent for a in out.axes]
     kept = [e for d, e in enumerate(shape) if d != axis]
-    rows = [b for b in computed[:-1] if b.reducer is None and [a.extent for a in b.axes] == kept
+    rows = [b for b in others_computed if b.reducer is None and [a.extent for a in b.axes] == kept
             and is_elementwise(b)]
     if statistics_only and rows:
         return (f"row statistic {rows[0].name} beside reductions that are all the outputs: the rule needs an "
@@ -115,7 +119,7 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     fixed = as_int(shape[axis])
     row_bytes = None if fixed is None or row_input is None else fixed * BYTES[func.buffer(row_input).dtype]
     return GeneralReductionFacts(out.name, tuple(b.name for b in reductions if b is not out),
-                                 tuple(b.name for b in computed[:-1]
+                                 tuple(b.name for b in others_computed
                                        if b.reducer is None and b.name not in stored_names),
                                  BYTES[func.buffer(x).dtype], const_or(shape[axis], 4096), row_input, passes,
                                  row_bytes, -1 if axis == len(shape) - 1 else axis,

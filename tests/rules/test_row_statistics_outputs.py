@@ -136,6 +136,33 @@ def test_side_by_side_stages_are_placed_beside_the_row_and_a_single_reduction_is
     assert sl.rules.find_rule(sl.workloads.reduce(64, 100), H100).name == "reduction"
 
 
+def softmax_then_lse(rows: int, cols: int) -> sl.Func:
+    """:func:`softmax_lse` with its outputs listed the other way round: the softmax, then the log-sum-exp."""
+    X = sl.placeholder((rows, cols), "float32", "X")
+    mx, se = _max_and_sum_of(X, rows, cols)
+    Y = sl.compute((rows, cols), lambda i, j: sl.exp(X[i, j] - mx[i]) / se[i], "Y")
+    return sl.func([X, Y, sl.compute((rows,), lambda i: mx[i] + sl.log(se[i]), "lse")], "softmax_then_lse")
+
+
+def scaled_then_moments(rows: int, cols: int) -> sl.Func:
+    """Rows scaled by 2, then the row's sum and sum of squares that nothing reads, listed after it."""
+    X = sl.placeholder((rows, cols), "float32", "X")
+    Y = sl.compute((rows, cols), lambda i, j: X[i, j] * 2.0, "Y")
+    return sl.func([X, Y, *_sum_and_sum_of_squares(X, rows, cols)], "scaled_then_moments")
+
+
+@pytest.mark.parametrize("make", [softmax_then_lse, scaled_then_moments])
+def test_statistics_listed_after_the_output(make, rng: np.random.Generator) -> None:
+    """A statistic listed after the output over (rows, cols) comes after it in the func's blocks: the rule
+    took the last block for that output and declined ("output block lse must be element-wise")."""
+    f = make(4, 70)
+    assert f.blocks[-1].name != "Y"
+    assert sl.rules.find_rule(f, H100).name == "general_reduction"
+    kernel = sl.build(RULE.apply(f, H100), "h100")
+    assert len(kernel.launch) == 1
+    run_and_compare(f, kernel, rng, {})
+
+
 @pytest.mark.parametrize("make", [layernorm_stats, softmax_stats, max_and_sum, moments, softmax_lse])
 def test_a_symbolic_row_count(make, rng: np.random.Generator) -> None:
     f = make(sl.var("M"), 33)
