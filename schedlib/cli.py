@@ -1,7 +1,7 @@
 """The ``schedlib`` command.
 
     schedlib schedule WORKLOAD --target h100 [--explain] [--emulate]
-    schedlib carve WORKLOAD --target h100 --topk 10
+    schedlib carve WORKLOAD --target h100 --topk 10 [--compiled]
     schedlib tune WORKLOAD --trials 64 --storage sqlite:///tune.db [--backend gpu|estimate] [--replay FILE]
     schedlib compare --suite llm-decoder --target auto --out report/
     schedlib profiles [list|show NAME|detect]
@@ -195,6 +195,10 @@ def cmd_carve(args: argparse.Namespace) -> int:
         resources = compiled_resources(profile)
         print(f"compiling up to {pool_size(args.topk)} configs for {profile.arch} ...", file=sys.stderr, flush=True)
     df = carve(spec.build(), profile, topk=args.topk, resources=resources)
+    if args.compiled:
+        c = df.attrs["compiled"]
+        print(f"compiled {c['compiled']} configs for {c['arch']}: {c['spilling']} spill, {c['failed']} failed to "
+              f"compile, {c['unlaunchable']} cannot launch with the compiled registers", file=sys.stderr)
     if df.empty:  # not "Empty DataFrame" and status 0: nothing here can run on this target
         raise SchedlibError(f"carve: {no_legal_config(df, spec.name)}")
     symbolic = df.attrs.get("symbolic") or {}
@@ -206,10 +210,6 @@ def cmd_carve(args: argparse.Namespace) -> int:
     cols = [c for c in shown if c in df.columns]
     with pd.option_context("display.max_colwidth", 90, "display.width", 240):
         print(df[cols].to_string())
-    if args.compiled:
-        c = df.attrs["compiled"]
-        print(f"compiled {c['compiled']} configs for {c['arch']}: {c['spilling']} spill, {c['failed']} failed to "
-              f"compile, {c['unlaunchable']} cannot launch with the compiled registers", file=sys.stderr)
     return 0
 
 

@@ -99,8 +99,8 @@ def build_parser(handlers: Mapping[str, Handler], version: str) -> argparse.Argu
     c.add_argument("--target", default="h100", help=TARGET_HELP.format("h100"))
     c.add_argument("--topk", type=positive, default=10, metavar="N", help="how many configs to show (default: 10)")
     c.add_argument("--compiled", action="store_true",
-                   help="compile the model's best max(2N, 8) configs with nvcc and rank them again with the registers "
-                        "ptxas allots (spilling ones last); shows registers and spills (needs nvcc, not a GPU)")
+                   help="compile the model's best max(2N, 8) configs and rank them again with the registers ptxas "
+                        "allots (spilling ones last); shows registers and spills (needs nvcc or NVRTC, not a GPU)")
     t = command("tune", "search the knob space")
     t.add_argument("--target", default="h100", help=TARGET_HELP.format("h100"))
     t.add_argument("--trials", type=positive, default=64, metavar="N",

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from schedlib.carver.model import evaluate
-from schedlib.errors import SchedlibError
+from schedlib.errors import CompileError, SchedlibError
 from schedlib.rules.base import Config
 
 log = logging.getLogger("schedlib.carver")
@@ -35,9 +35,12 @@ def pool_size(topk: int) -> int:
 def reprice(ctx: Any, ranked: list[Config], resources: Resources) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows for ``ranked`` (the model's order, already cut to the pool) priced with compiled registers, best
     first, and what happened (``arch``, ``compiled``, ``failed``, ``unlaunchable``, ``spilling``).  A config
-    whose kernel fails to build or compile is left out and counted, with a warning naming it."""
+    whose kernel fails to build or compile is left out and counted, with a warning naming it; when none of
+    them compiles, the toolchain is the likelier culprit than the configs, so that is a CompileError."""
     rows: list[dict[str, Any]] = []
-    counts: dict[str, Any] = {"arch": None, "compiled": 0, "failed": 0, "unlaunchable": 0, "spilling": 0}
+    arch = getattr(resources, "arch", None)
+    counts: dict[str, Any] = {"arch": arch, "compiled": 0, "failed": 0, "unlaunchable": 0, "spilling": 0}
+    first_error = ""
     for config in ranked:
         try:
             schedule = ctx.rule.apply(ctx.func, ctx.profile, config)
@@ -46,8 +49,8 @@ def reprice(ctx: Any, ranked: list[Config], resources: Resources) -> tuple[list[
             usage = resources(schedule)
         except SchedlibError as err:
             counts["failed"] += 1
-            log.warning("carve: %s config %s did not compile, left out: %s", ctx.rule.name, config,
-                        str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
+            first_error = first_error or diagnostic(err)
+            log.warning("carve: %s config %s did not compile, left out: %s", ctx.rule.name, config, diagnostic(err))
             continue
         counts["compiled"] += 1
         counts["arch"] = usage.arch
@@ -64,4 +67,16 @@ def reprice(ctx: Any, ranked: list[Config], resources: Resources) -> tuple[list[
         row["spill_bytes"] = int(usage.spill_bytes)
         counts["spilling"] += row["spill_bytes"] > 0
         rows.append(row)
+    if ranked and not counts["compiled"]:
+        raise CompileError(f"carve: none of the {len(ranked)} configs the model ranked best built and compiled"
+                           f"{f' for {arch}' if arch else ''}; the first: {first_error}")
     return rows, counts
+
+
+def diagnostic(err: Exception) -> str:
+    """The line of a build or compiler error worth a log line: the compiler's first error or fatal line
+    (a CompileError opens with the command it ran, temporary paths and all), else the error's first line."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    return next((line for line in lines[1:] if "error" in line.lower() or "fatal" in line.lower()), lines[0])

@@ -204,6 +204,10 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
         raise TypeError(f"resources must be a function of a Schedule (compiled_resources(target)), got "
                         f"{type(resources).__name__}")
     ctx = _context(func, target, rule, symbolic_value)
+    built_for = getattr(resources, "profile", None)
+    if built_for is not None and getattr(built_for, "key", None) != ctx.profile.key:
+        raise ValueError(f"carve: resources builds for {built_for.key} and the ranking is for {ctx.profile.key}; "
+                         f"give compiled_resources({ctx.profile.key!r})")
     space = ctx.space
     use = method if method != "auto" else ("exhaustive" if space.size <= EXHAUSTIVE_LIMIT else "grow")
     if use == "exhaustive":
@@ -229,7 +233,7 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
         rows = rows[:topk]
     else:
         rows = [ctx.row(c) for c in (ranked if topk is None else ranked[:topk])]
-    columns = list(rows[0]) if rows else _columns(ctx)
+    columns = list(rows[0]) if rows else _columns(ctx) + (["model_registers", "spill_bytes"] if compiled else [])
     df = pd.DataFrame(rows, columns=columns)
     df.attrs.update({
         "target": ctx.profile.key, "rule": ctx.rule.name, "func": func.name, "symbolic": dict(ctx.symbols),
@@ -272,6 +276,11 @@ def best(func: Func, target: Any, *, rule: Rule | str | None = None,
     """The Schedule of the top-ranked config, ready for ``sl.build`` (``resources``: as for :func:`carve`)."""
     ctx = _context(func, target, rule, symbolic_value)
     df = carve(func, ctx.profile, topk=1, rule=ctx.rule, symbolic_value=symbolic_value, resources=resources)
+    if df.empty and "compiled" in df.attrs:
+        c = df.attrs["compiled"]
+        raise ScheduleError("carver.best", "func", func.name,
+                            f"none of the {c['compiled']} configs compiled for {c['arch']} can launch on "
+                            f"{ctx.profile.key} with the registers ptxas allots them")
     if df.empty:
         raise ScheduleError("carver.best", "func", func.name,
                             f"the {ctx.rule.name} space has no legal point that can launch on {ctx.profile.key}")

@@ -17,6 +17,10 @@ def no_legal_config(ranked: pd.DataFrame, workload: str | None = None) -> str:
     rule, target = attrs.get("rule", "?"), attrs.get("target", "?")
     what = workload or attrs.get("func") or "this workload"
     evaluated, launchable = int(attrs.get("evaluated") or 0), int(attrs.get("launchable") or 0)
+    compiled = attrs.get("compiled")
+    if compiled and launchable:  # the model's launchable configs, re-priced with what ptxas allotted them
+        return (f"none of the {compiled['compiled']} configs of rule {rule} for {what} compiled for "
+                f"{compiled['arch']} can launch on {target} with the registers ptxas allots them")
     if evaluated and not launchable:
         return (f"none of the {evaluated} configs of rule {rule} for {what} can launch on {target}: each needs more "
                 "registers, shared memory or threads than one of its SMs offers")

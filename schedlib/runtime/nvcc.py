@@ -26,7 +26,8 @@ from schedlib.cache import cache_dir, content_hash
 from schedlib.errors import CompileError
 from schedlib.runtime.elf import elf_problem
 
-__all__ = ["CompileReport", "KernelResources", "compile_check", "find_cuda_include", "find_nvcc", "nvrtc_available"]
+__all__ = ["CompileReport", "KernelResources", "check_arch", "compile_check", "find_cuda_include", "find_nvcc",
+           "nvrtc_available"]
 
 _ARCH = re.compile(r"sm_\d+[a-z]?\Z")
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
@@ -130,6 +131,31 @@ def _nvcc_identity(nvcc: str) -> str:
     return f"{nvcc}\n{out.stdout.strip()}"
 
 
+@functools.lru_cache(maxsize=4)
+def _nvcc_codes(nvcc: str) -> frozenset[str]:
+    """The real architectures ``nvcc --list-gpu-code`` names (sm_75, sm_80, ...); empty where it cannot say."""
+    try:
+        out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    return frozenset(out.stdout.split()) if out.returncode == 0 else frozenset()
+
+
+def check_arch(arch: Any) -> None:
+    """A CompileError, before anything is compiled, when ``arch`` is no architecture name or the nvcc found
+    cannot build it (nvcc 13 dropped sm_70): otherwise every kernel would fail alike, one by one."""
+    if not isinstance(arch, str) or not _ARCH.match(arch):
+        raise CompileError(f"arch {arch!r} is not of the form sm_XY (e.g. sm_80, sm_90, sm_90a)")
+    nvcc = find_nvcc()
+    codes = _nvcc_codes(nvcc) if nvcc is not None else frozenset()
+    if codes and arch.rstrip("abcdefghijklmnopqrstuvwxyz") not in codes:
+        raise CompileError(f"{nvcc} cannot build {arch}: it builds {', '.join(sorted(codes, key=_arch_number))}")
+
+
+def _arch_number(code: str) -> int:
+    return int(re.sub(r"\D", "", code) or 0)
+
+
 def parse_ptxas(log: str) -> dict[str, KernelResources]:
     """Per-entry resources from ptxas -v output (nvcc --resource-usage or NVRTC -Xptxas=-v)."""
     kernels: dict[str, KernelResources] = {}
@@ -196,8 +222,7 @@ def _run_nvrtc(source: str, arch: str, flags: Sequence[str]) -> tuple[str, bytes
 
 def _compiler(arch: str, compiler: str | None) -> tuple[str | None, str, str]:
     """(nvcc path or None for NVRTC, the compiler's name, its identity for cache keys), or a CompileError."""
-    if not _ARCH.match(arch):
-        raise CompileError(f"arch {arch!r} is not of the form sm_XY (e.g. sm_80, sm_90, sm_90a)")
+    check_arch(arch)
     if compiler not in (None, "nvcc", "nvrtc"):
         raise CompileError(f"compiler must be 'nvcc', 'nvrtc' or None, got {compiler!r}")
     nvcc = find_nvcc() if compiler in (None, "nvcc") else None

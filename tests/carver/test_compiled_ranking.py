@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 import schedlib as sl
-from schedlib.carver.compiled import pool_size
+from schedlib.carver.compiled import diagnostic, pool_size
 from schedlib.errors import CompileError, ScheduleError
+from schedlib.report.legality import no_legal_config
 from schedlib.rules import get_rule
 from schedlib.runtime.nvcc import find_nvcc, nvrtc_available
 from schedlib.runtime.resources import compiled_resources
@@ -112,6 +113,47 @@ def test_a_config_the_rule_fails_to_schedule_is_left_out_and_counted(monkeypatch
     assert "a stand-in refusal" in caplog.text
 
 
+def test_when_no_config_compiles_the_toolchain_is_named_in_one_error() -> None:
+    """Every config failing alike (an architecture the compiler dropped, a broken toolchain) is no empty
+    ranking blamed on the knob space: it is a CompileError with the compiler's first error."""
+    top = _model_top(pool_size(2))
+    compiler = StandInCompiler({}, failing=tuple(StandInCompiler.tile(c) for c in top))
+    with pytest.raises(CompileError, match="none of the 8 configs the model ranked best built and compiled; "
+                                           "the first: ptxas: error in a stand-in kernel"):
+        sl.carver.carve(RAGGED, H100, topk=2, resources=compiler)
+
+
+def test_the_warning_quotes_the_compilers_error_not_its_command_line() -> None:
+    err = CompileError("nvcc failed for sm_70 (exit 1): /usr/local/bin/nvcc -arch=sm_70 -cubin -o /tmp/x/k.cubin "
+                       "/tmp/x/k.cu\nnvcc fatal   : Unsupported gpu architecture 'sm_70'")
+    assert diagnostic(err) == "nvcc fatal   : Unsupported gpu architecture 'sm_70'"
+    assert diagnostic(CompileError("one line only")) == "one line only"
+    assert diagnostic(CompileError("")) == "CompileError"
+
+
+def test_no_launchable_config_keeps_the_columns_and_best_says_why() -> None:
+    top = _model_top(pool_size(2))
+    df = sl.carver.carve(RAGGED, H100, topk=2, resources=StandInCompiler({StandInCompiler.tile(c): 300 for c in top}))
+    assert df.empty and {"model_registers", "spill_bytes", "est_time_us"} <= set(df.columns)
+    assert df.attrs["compiled"] == {"arch": "sm_90", "compiled": 8, "failed": 0, "unlaunchable": 8, "spilling": 0}
+    assert "compiled for sm_90 can launch on h100 with the registers ptxas allots" in no_legal_config(df)
+    top1 = _model_top(pool_size(1))
+    with pytest.raises(ScheduleError, match="none of the 8 configs compiled for sm_90 can launch on h100"):
+        sl.carver.best(RAGGED, H100, resources=StandInCompiler({StandInCompiler.tile(c): 300 for c in top1}))
+
+
+def test_a_compile_report_without_kernels_is_a_compile_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Built:
+        def compile_check(self, arch: str) -> Any:
+            return type("Report", (), {"kernels": {}})()
+
+    monkeypatch.setattr("schedlib.runtime.resources.build", lambda schedule, profile: Built())
+    monkeypatch.setattr("schedlib.runtime.resources.check_arch", lambda arch: None)
+    monkeypatch.setattr("schedlib.runtime.resources.find_nvcc", lambda: "nvcc")
+    with pytest.raises(CompileError, match="named no kernel"):
+        compiled_resources(H100)(None)
+
+
 def test_a_config_that_cannot_launch_with_its_compiled_registers_is_left_out() -> None:
     """Over 255 registers (ptxas never allots that many; a stand-in can) no block is resident."""
     top = _model_top(pool_size(2))
@@ -134,8 +176,11 @@ def test_arguments_are_checked() -> None:
         sl.carver.carve(RAGGED, H100, topk=None, resources=StandInCompiler({}))
     with pytest.raises(TypeError, match="resources must be a function of a Schedule"):
         sl.carver.carve(RAGGED, H100, topk=2, resources="nvcc")
-    with pytest.raises(CompileError, match="arch='90' must be an architecture name"):
-        compiled_resources(H100, arch="90")
+    for arch in ("90", "sm_", "sm_abc"):
+        with pytest.raises(CompileError, match=f"arch '{arch}' is not of the form sm_XY"):
+            compiled_resources(H100, arch=arch)
+    with pytest.raises(ValueError, match="resources builds for a100 and the ranking is for h100"):
+        sl.carver.carve(RAGGED, H100, topk=2, resources=compiled_resources("a100"))
 
 
 @pytest.mark.skipif(find_nvcc() is None and not nvrtc_available(), reason="needs nvcc or NVRTC for ptxas")

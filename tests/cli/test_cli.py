@@ -77,6 +77,14 @@ def test_carve_compiled_shows_the_registers_ptxas_allots() -> None:
     assert re.search(r"compiled 8 configs for sm_90: \d+ spill, 0 failed to compile, 0 cannot launch", proc.stderr)
 
 
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc, whose list of architectures leaves out sm_70")
+def test_carve_compiled_for_an_architecture_the_compiler_cannot_build_is_one_line() -> None:
+    proc = run("carve", "matmul:M=100,N=100,K=100", "--target", "v100", "--compiled")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("schedlib: error: ") and "cannot build sm_70: it builds sm_75" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""
+
+
 def test_tune_on_the_estimate_backend(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'tune.db'}"
     spec = "gemv:N=1024,K=1024,dtype=float16"
