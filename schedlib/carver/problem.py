@@ -216,12 +216,15 @@ def _prologue(func: Func, main: Block) -> set[str]:
     reads (:func:`~schedlib.rules.analysis.operand_stages`, as the rules decide it): the rules compute them
     where ``main`` reads its operands (inlined, or in the copy into shared memory), so their global reads are
     ``main``'s loop steps, not steps of their own."""
-    stages: set[str] = set()
-    for buffer in main.read_buffers:
-        found = () if buffer in func.inputs else operand_stages(func, main, buffer)
-        if not isinstance(found, str):
-            stages.update(found)
-    return stages
+    found = operand_stages(func, main, main.read_buffers)
+    if isinstance(found, str):  # not all of them: each operand's own stages, where those qualify alone
+        found = tuple(name for buffer in main.read_buffers
+                      for name in _as_tuple(operand_stages(func, main, [buffer])))
+    return set(found)
+
+
+def _as_tuple(found: tuple[str, ...] | str) -> tuple[str, ...]:
+    return () if isinstance(found, str) else found
 
 
 def _waits_on_inputs(func: Func, main: Block) -> dict[str, bool]:

@@ -101,8 +101,8 @@ class Expr:
                       "(a > 0) & (a < 1)) to combine conditions instead of 'and', 'or', 'not'")
 
     def astype(self, dtype: str) -> Expr:
-        """Cast to ``dtype``."""
-        return cast(dtype, self)
+        """Cast to ``dtype`` (fp16/bf16 arithmetic cast to its own type is rounded there, as a store would)."""
+        return rounded(dtype, self)
 
     def __str__(self) -> str:
         from schedlib.ir.printer import expr_str
@@ -314,6 +314,30 @@ def call(fn: str, *args: ExprLike) -> Expr:
                  "erf": math.erf, "abs": abs}[fn](x.value)
         return Const(value, x.dtype)
     return Call(fn, xs, x.dtype)
+
+
+def _holds_its_type(v: Expr) -> bool:
+    """``v`` is a value of its own type with no rounding owed: a load, a constant, a cast, or a max, min,
+    absolute value, negation or choice of such values (each returns one of its operands, or flips a sign)."""
+    if isinstance(v, (Load, Const, Cast)):
+        return True
+    if isinstance(v, Binary) and v.op in ("max", "min"):
+        return _holds_its_type(v.a) and _holds_its_type(v.b)
+    if isinstance(v, Call) and v.fn in ("abs", "neg"):
+        return _holds_its_type(v.args[0])
+    if isinstance(v, Select):
+        return _holds_its_type(v.then) and _holds_its_type(v.other)
+    return False
+
+
+def rounded(dtype: str, value: ExprLike) -> Expr:
+    """``value`` as a store into a ``dtype`` buffer would leave it: :func:`cast`, and for fp16/bf16 arithmetic
+    of that very type (computed in float, rounded only where stored or cast) a cast that rounds it.  What an
+    explicit ``astype`` and an inlined stage give; type promotion inside expressions uses :func:`cast`."""
+    v = const(value)
+    if v.dtype == canonical_dtype(dtype) and v.dtype in ("float16", "bfloat16") and not _holds_its_type(v):
+        return Cast(v.dtype, v)
+    return cast(dtype, v)
 
 
 def cast(dtype: str, value: ExprLike) -> Expr:

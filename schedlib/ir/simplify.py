@@ -24,6 +24,7 @@ from schedlib.ir.expr import (
     binary,
     call,
     cast,
+    rounded,
     select,
 )
 
@@ -36,8 +37,8 @@ def map_children(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
         return binary(e.op, fn(e.a), fn(e.b))
     if isinstance(e, Call):
         return call(e.fn, *(fn(a) for a in e.args))
-    if isinstance(e, Cast):
-        return cast(e.dtype, fn(e.value))
+    if isinstance(e, Cast):  # a cast to the value's own narrow type is a rounding: kept while it rounds
+        return (rounded if e.value.dtype == e.dtype else cast)(e.dtype, fn(e.value))
     if isinstance(e, Select):
         return select(fn(e.cond), fn(e.then), fn(e.other))
     if isinstance(e, Load):

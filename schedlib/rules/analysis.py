@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from schedlib.errors import ScheduleError
@@ -143,15 +144,37 @@ def inline_prologue(func: Func, main: Block) -> tuple[Func, tuple[str, ...]] | s
     return view, order
 
 
-def operand_stages(func: Func, main: Block, buffer: str) -> tuple[str, ...] | str:
-    """The element-wise stages computing ``buffer`` (which ``main`` reads) from func inputs, a chain or a tree
-    of them (``scale(float(W))``), readers before the stages they read (the order they inline in); or why
-    they cannot all be computed where ``main`` reads ``buffer`` and never stored.
+def operand_stages(func: Func, main: Block, buffers: Iterable[str]) -> tuple[str, ...] | str:
+    """The element-wise stages computing ``buffers`` (operands ``main`` reads) from func inputs, chains or
+    trees of them (``scale(float(W))``), readers before the stages they read (the order they inline in); or
+    why they cannot all be computed where ``main`` reads its operands and never be stored.
 
     Each stage must be read only by ``main`` or by another of them, and be no func output: a template then
-    computes them in its copy of the operand (the matmul's into shared memory), and the carver counts their
-    global reads as ``main``'s loop steps.  A stage read twice within the tree (a diamond) is listed once.
+    computes them in its copy of each operand (the matmul's into shared memory; a stage both operands reach
+    in each copy), and the carver counts their global reads as ``main``'s loop steps.  A stage read twice
+    within the trees (a diamond) is listed once.
     """
+    trees: list[list[str]] = []
+    for buffer in buffers:
+        tree = [] if buffer in func.inputs else _elementwise_tree(func, buffer)
+        if isinstance(tree, str):
+            return tree
+        trees.append(tree)
+    stages = list(dict.fromkeys(name for tree in trees for name in tree))
+    allowed = {main.name, *stages}
+    for name in stages:
+        others = [r.name for r in func.consumers(func.block(name).store) if r.name not in allowed]
+        if others:
+            return f"block {others[0]} reads {func.block(name).store} too, so it must be stored"
+    # Operand by operand, readers first (func order is a topological one): a stage is inlined once every
+    # reader it had is gone, so one that several operands reach goes with the last of them.
+    last = {name: t for t, tree in enumerate(trees) for name in tree}
+    position = {b.name: i for i, b in enumerate(func.blocks)}
+    return tuple(sorted(last, key=lambda name: (last[name], -position[name])))
+
+
+def _elementwise_tree(func: Func, buffer: str) -> list[str] | str:
+    """The blocks computing ``buffer`` from func inputs, each element-wise and no func output; or why not."""
     order: list[str] = []
     pending = [buffer]
     while pending:
@@ -164,18 +187,10 @@ def operand_stages(func: Func, main: Block, buffer: str) -> tuple[str, ...] | st
         stage = producers[0]
         if not is_elementwise(stage):
             return f"block {stage.name} computing {name} is not element-wise"
-        if stage.name in order:
-            continue
-        order.append(stage.name)
-        pending += [n for n in stage.read_buffers if n not in func.inputs]
-    allowed = {main.name, *order}
-    for name in order:
-        others = [r.name for r in func.consumers(func.block(name).store) if r.name not in allowed]
-        if others:
-            return f"block {others[0]} reads {func.block(name).store} too, so it must be stored"
-    # func order is a topological one: a stage is inlined once every reader it had is gone
-    position = {b.name: i for i, b in enumerate(func.blocks)}
-    return tuple(sorted(order, key=lambda name: -position[name]))
+        if stage.name not in order:
+            order.append(stage.name)
+            pending += [n for n in stage.read_buffers if n not in func.inputs]
+    return order
 
 
 def const_or(e: Expr, default: int) -> int:

@@ -58,18 +58,15 @@ def analyze_matmul(func: Func, scaled: bool = False) -> MatmulFacts | str:
     if isinstance(operands, str):
         return operands
     acc_a, acc_b = operands
-    prologue: list[str] = []
-    for acc in (acc_a, acc_b):
-        if acc.buffer in func.inputs:
-            continue
-        if scaled:  # the GEMV template multiplies what it loads in registers; its rule inlines stages first
-            return f"operand {acc.buffer} of a product of more than two loads must be a func input"
-        stages = operand_stages(func, main, acc.buffer)
-        if isinstance(stages, str):
-            return (f"operand {acc.buffer} must be a func input, or computed from func inputs by element-wise "
-                    f"stages that only the matmul reads ({stages})")
-        # one stage read as both operands (relu(X) @ relu(X).T): each read's copy computes it
-        prologue += [name for name in stages if name not in prologue]
+    computed = [acc.buffer for acc in (acc_a, acc_b) if acc.buffer not in func.inputs]
+    if computed and scaled:  # the GEMV template multiplies what it loads in registers; its rule inlines first
+        return f"operand {computed[0]} of a product of more than two loads must be a func input"
+    # a stage both operands reach (relu(X) @ relu(X).T, or (R * 2) @ (R * 3).T): each operand's copy computes it
+    prologue = operand_stages(func, main, computed)
+    if isinstance(prologue, str):
+        which = f"operand {computed[0]} must be a func input" if len(computed) == 1 else \
+            f"operands {computed[0]} and {computed[1]} must be func inputs"
+        return f"{which}, or computed from func inputs by element-wise stages that only the matmul reads ({prologue})"
     if not (acc_a.plain and acc_b.plain):
         return "operands must be indexed by plain axes"
     if acc_a.buffer == acc_b.buffer and (scaled or acc_a.axes == acc_b.axes):

@@ -156,3 +156,58 @@ def test_the_carver_counts_the_prologue_in_the_matmul_k_steps() -> None:
     computed = sl.carver.estimate(relu_matmul(1024, 1024, 1024), H100, config)
     assert computed["round_trips_per_block"] == plain["round_trips_per_block"]
     assert computed["est_time_us"] < 1.1 * plain["est_time_us"]
+
+
+def offset_and_back(m: int, n: int, depth: int, dtype: str) -> Func:
+    """``((X + 1000) - 1000) @ W`` in ``dtype``: the first stage rounds to ``dtype`` where it is stored
+    (0.3 + 1000 is 1000.5 in fp16), so the chain is not X itself."""
+    X, W = sl.placeholder((m, depth), dtype, "X"), sl.placeholder((depth, n), dtype, "W")
+    A1 = sl.compute((m, depth), lambda i, k: X[i, k] + 1000.0, "A1")
+    A2 = sl.compute((m, depth), lambda i, k: A1[i, k] - 1000.0, "A2")
+    k = sl.reduce_axis(depth, "k")
+    C = sl.compute((m, n), lambda i, j: sl.sum(A2[i, k].astype("float32") * W[k, j].astype("float32"), axis=k), "C")
+    return sl.func([X, W, C], "offset_and_back")
+
+
+def zero_point_dequant(m: int, n: int, depth: int) -> Func:
+    """``X @ ((float16(Wq) - z[n]) * s[n])``: a zero point and a scale per column, each stage rounded to fp16."""
+    X, Wq = sl.placeholder((m, depth), "float16", "X"), sl.placeholder((depth, n), "int8", "Wq")
+    z, s = sl.placeholder((n,), "float16", "z"), sl.placeholder((n,), "float16", "s")
+    Wz = sl.compute((depth, n), lambda k, j: Wq[k, j].astype("float16") - z[j], "Wz")
+    Ws = sl.compute((depth, n), lambda k, j: Wz[k, j] * s[j], "Ws")
+    k = sl.reduce_axis(depth, "k")
+    C = sl.compute((m, n), lambda i, j: sl.sum(X[i, k].astype("float32") * Ws[k, j].astype("float32"), axis=k), "C")
+    return sl.func([X, Wq, z, s, C], "zero_point_dequant")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_each_stage_of_a_chain_rounds_to_its_type(dtype: str) -> None:
+    """Inlined into the copy, a chain of fp16/bf16 stages rounded once, at the end (C = 0.3, not 0.5)."""
+    f = offset_and_back(16, 16, 16, dtype)
+    sch = MATMUL.apply(f, H100)
+    assert sch.rule == "matmul" and MATMUL.analyze(f, H100).prologue == ("A2", "A1")
+    arrays = np.float16 if dtype == "float16" else np.float32  # bf16 inputs are given as float32
+    X, W = np.full((16, 16), 0.3, dtype=arrays), np.eye(16, dtype=arrays)
+    expected = sl.run_reference(f, {"X": X, "W": W})["C"]
+    got = sl.build(sch, "h100").run_cpu(X, W, bounds_check=True)
+    assert expected[0, 0] == (0.5 if dtype == "float16" else 0.0)  # 1000.3 rounds to 1000.5 (fp16), 1000 (bf16)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_a_zero_point_dequant_chain_matches_the_reference(rng: np.random.Generator) -> None:
+    f = zero_point_dequant(48, 64, 96)
+    check_schedule(f, MATMUL.apply(f, H100), rng)
+
+
+def test_a_stage_both_operands_reach_is_computed_in_each_copy(rng: np.random.Generator) -> None:
+    """``(R * 2) @ (R * 3).T`` with ``R = relu(X)``: R is read by two stages of the operands' trees and by
+    nothing else, so each operand's copy computes it (it was declined: Q reads R too)."""
+    X = sl.placeholder((40, 24), "float32", "X")
+    R = sl.compute((40, 24), lambda i, k: sl.maximum(X[i, k], 0.0), "R")
+    P = sl.compute((40, 24), lambda i, k: R[i, k] * 2.0, "P")
+    Q = sl.compute((40, 24), lambda i, k: R[i, k] * 3.0, "Q")
+    k = sl.reduce_axis(24, "k")
+    f = sl.func([X, sl.compute((40, 40), lambda i, j: sl.sum(P[i, k] * Q[j, k], axis=k), "G")], "shared_root")
+    assert MATMUL.applies(f, H100) is None
+    assert set(MATMUL.analyze(f, H100).prologue) == {"P", "Q", "R"}
+    check_schedule(f, MATMUL.apply(f, H100), rng)

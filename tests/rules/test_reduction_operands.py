@@ -164,3 +164,16 @@ def test_reduction_rule_declines_with_reason(make: Callable[[], Func], why: str,
     sch = rules.apply_default(func, "h100")
     assert sch.rule == "fallback"
     check_schedule(func, sch, rng, archs=("sm_90",))
+
+
+def test_an_inlined_fp16_stage_rounds_as_its_store_did() -> None:
+    """A row sum of ``(X + 1000) - 1000`` in two fp16 stages: each stage rounds (0.3 -> 0.5), inlined too."""
+    X = sl.placeholder((2, 64), "float16", "X")
+    A = sl.compute((2, 64), lambda i, c: X[i, c] + 1000.0, "A")
+    B = sl.compute((2, 64), lambda i, c: A[i, c] - 1000.0, "B")
+    k = sl.reduce_axis(64, "k")
+    f = sl.func([X, sl.compute((2,), lambda i: sl.sum(B[i, k].astype("float32"), axis=k), "S")], "offset_sum")
+    sch = sl.rules.apply_default(f, "h100")
+    assert sch.rule == "reduction"
+    x = np.full((2, 64), 0.3, dtype=np.float16)
+    np.testing.assert_array_equal(sl.build(sch, "h100").run_cpu(x), np.full(2, 32.0, dtype=np.float32))

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from schedlib.ir.expr import Expr, Load, Var
-from schedlib.ir.func import Block, Func
+from schedlib.ir.expr import Expr, Load, Var, rounded
+from schedlib.ir.func import Block, Buffer, Func
 from schedlib.ir.primitives.common import check_single_producer, fail, get_block, normalize
 from schedlib.ir.simplify import loads, map_children, substitute
 
 
-def _inline_loads(e: Expr, buffer: str, producer: Block) -> Expr:
-    """Replace loads of ``buffer`` in ``e`` by the producer's value at the loaded index."""
+def _inline_loads(e: Expr, buffer: Buffer, producer: Block) -> Expr:
+    """Replace loads of ``buffer`` in ``e`` by the producer's value at the loaded index, converted as the store
+    into ``buffer`` converted it (an fp16 stage computed in float was rounded to fp16 there: a chain of such
+    stages inlined without it would round once, at the end, where the func rounds at every stage)."""
     names = [a.name for a in producer.axes]
+    value = rounded(buffer.dtype, producer.value)
 
     def go(x: Expr) -> Expr:
-        if isinstance(x, Load) and x.buffer == buffer:
+        if isinstance(x, Load) and x.buffer == buffer.name:
             idx = [go(i) for i in x.indices]
-            return substitute(producer.value, dict(zip(names, idx)))
+            return substitute(value, dict(zip(names, idx)))
         return map_children(x, go)
 
     return go(e)
@@ -65,7 +68,7 @@ def compute_inline(func: Func, block: str) -> tuple[Func, None]:
         if b.name == block:
             continue
         if buf.name in b.read_buffers:
-            b = replace(b, value=_inline_loads(b.value, buf.name, blk))
+            b = replace(b, value=_inline_loads(b.value, buf, blk))
         blocks.append(b)
     out = replace(func, blocks=tuple(blocks), buffers=tuple(x for x in func.buffers if x.name != buf.name),
                   _index={})
@@ -119,7 +122,7 @@ def reverse_compute_inline(func: Func, block: str) -> tuple[Func, None]:
                  f"has {dim}; the producer's iteration domain would not match")
     mapping = {ix.name: p for ix, p in zip(index, producer.store_indices)}
     # Rename the consumer's axes first, so producer axes that share their names are never captured.
-    value = _inline_loads(substitute(blk.value, mapping), buf.name, replace(producer, axes=()))
+    value = _inline_loads(substitute(blk.value, mapping), buf, replace(producer, axes=()))
     new_producer = replace(producer, store=blk.store,
                            store_indices=tuple(substitute(i, mapping) for i in blk.store_indices), value=value)
     blocks = tuple(new_producer if b.name == producer.name else b for b in func.blocks if b.name != block)
