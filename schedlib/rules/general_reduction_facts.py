@@ -81,8 +81,8 @@ def analyze_general_reduction(func: Func) -> GeneralReductionFacts | str:
     rows = [b for b in others_computed if b.reducer is None and [a.extent for a in b.axes] == kept
             and is_elementwise(b)]
     if statistics_only and rows:
-        return (f"row statistic {rows[0].name} beside reductions that are all the outputs: the rule needs an "
-                "element-wise output over (rows, cols) to carry it")
+        return (f"row statistic {rows[0].name} and no element-wise output over (rows, cols): without one to "
+                "lead the row's block, the rule takes reductions alone")
     # (sl.func collects only the stages its outputs need, so a stage nothing reads is an output)
     unread = [b for b in (*reductions, *rows) if b is not out and not func.consumers(b.store)]
     results = {b.store for b in (*reductions, *rows)}
