@@ -163,28 +163,26 @@ def test_statistics_listed_after_the_output(make, rng: np.random.Generator) -> N
     run_and_compare(f, kernel, rng, {})
 
 
-@pytest.mark.parametrize("make", [layernorm_stats, softmax_stats, max_and_sum, moments, softmax_lse])
-def test_a_symbolic_row_count(make, rng: np.random.Generator) -> None:
-    f = make(sl.var("M"), 33)
+M, N = sl.var("M"), sl.var("N")
+
+
+# A symbolic row length: the columns split over threads leave a box of ceil(N / f) * f around a row of N,
+# still the whole row, so a statistic nothing reads is placed beside it (compute_with refused it, and every
+# config failed).
+@pytest.mark.parametrize(("make", "shape", "sizes"), [
+    *((make, (M, 33), ({"M": 1}, {"M": 5})) for make in (layernorm_stats, softmax_stats, max_and_sum, moments,
+                                                         softmax_lse)),
+    *((make, (4, N), ({"N": 1}, {"N": 70})) for make in (softmax_lse, moments)),
+], ids=["rows-layernorm", "rows-softmax", "rows-max-and-sum", "rows-moments", "rows-softmax-lse",
+        "cols-softmax-lse", "cols-moments"])
+def test_symbolic_sizes(make, shape: tuple, sizes: tuple[dict[str, int], ...], rng: np.random.Generator) -> None:
+    f = make(*shape)
     sch = sl.rules.apply_default(f, H100)
     assert sch.rule == "general_reduction"
     kernel = sl.build(sch, "h100")
     assert len(kernel.launch) == 1
-    for rows in (1, 5):
-        run_and_compare(f, kernel, rng, {"M": rows})
-
-
-@pytest.mark.parametrize("make", [softmax_lse, moments])
-def test_a_symbolic_row_length(make, rng: np.random.Generator) -> None:
-    """The columns split over threads leave a box of ceil(N / f) * f around a row of N: still the whole row, so
-    the statistic nothing reads is placed beside it (compute_with refused it, and every config failed)."""
-    f = make(4, sl.var("N"))
-    sch = sl.rules.apply_default(f, H100)
-    assert sch.rule == "general_reduction"
-    kernel = sl.build(sch, "h100")
-    assert len(kernel.launch) == 1
-    for cols in (1, 70):
-        run_and_compare(f, kernel, rng, {"N": cols})
+    for symbols in sizes:
+        run_and_compare(f, kernel, rng, symbols)
 
 
 def test_the_carver_counts_the_statistics_as_output_bytes() -> None:
