@@ -193,7 +193,8 @@ def cmd_carve(args: argparse.Namespace) -> int:
         from schedlib.runtime.resources import compiled_resources
 
         resources = compiled_resources(profile)
-        print(f"compiling up to {pool_size(args.topk)} configs for {profile.arch} ...", file=sys.stderr, flush=True)
+        print(f"compiling the model's best {pool_size(args.topk)} configs for {profile.arch} (the next ones in place "
+              "of any that fail) ...", file=sys.stderr, flush=True)
     df = carve(spec.build(), profile, topk=args.topk, resources=resources)
     if args.compiled:
         c = df.attrs["compiled"]

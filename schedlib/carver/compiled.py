@@ -6,8 +6,9 @@ blocks per SM becoming 2) or spill.  Given ``resources``, a function from a Sche
 kernels use (``schedlib.runtime.resources.compiled_resources(target)`` builds and runs ptxas; no GPU needed),
 the best ``pool`` configs of the model's ranking are compiled, priced with those registers, and ranked
 again: configs that spill go after every config that does not, as local-memory traffic the model does not
-price would swamp a small edge in its estimate.  The compiler is not called for the rest of the space,
-which keeps a ranking to seconds.
+price would swamp a small edge in its estimate.  A config that fails to compile, or cannot launch with what
+ptxas allots, is replaced by the next of the ranking, up to twice the pool; the compiler is not called for
+the rest of the space, which keeps a ranking to seconds.
 """
 
 from __future__ import annotations
@@ -32,16 +33,22 @@ def pool_size(topk: int) -> int:
     return max(2 * topk, 8)
 
 
-def reprice(ctx: Any, ranked: list[Config], resources: Resources) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows for ``ranked`` (the model's order, already cut to the pool) priced with compiled registers, best
-    first, and what happened (``arch``, ``compiled``, ``failed``, ``unlaunchable``, ``spilling``).  A config
-    whose kernel fails to build or compile is left out and counted, with a warning naming it; when none of
-    them compiles, the toolchain is the likelier culprit than the configs, so that is a CompileError."""
+def reprice(ctx: Any, ranked: list[Config], pool: int, resources: Resources
+            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows for the first ``pool`` configs of ``ranked`` (the model's order) that compile and can launch,
+    priced with compiled registers, and what happened (``arch``, ``compiled``, ``failed``, ``unlaunchable``,
+    ``spilling``).  A config whose kernel fails to build or compile is left out and counted, with a warning
+    naming it, and the next one is tried, at most ``2 * pool`` in all; when none of the first ``pool``
+    compiles, the toolchain is the likelier culprit than the configs, so that is a CompileError."""
     rows: list[dict[str, Any]] = []
     arch = getattr(resources, "arch", None)
     counts: dict[str, Any] = {"arch": arch, "compiled": 0, "failed": 0, "unlaunchable": 0, "spilling": 0}
     first_error = ""
+    tried = 0
     for config in ranked:
+        if len(rows) == pool or tried == 2 * pool or (tried == pool and not counts["compiled"]):
+            break
+        tried += 1
         try:
             schedule = ctx.rule.apply(ctx.func, ctx.profile, config)
             if schedule is None:
@@ -67,8 +74,8 @@ def reprice(ctx: Any, ranked: list[Config], resources: Resources) -> tuple[list[
         row["spill_bytes"] = int(usage.spill_bytes)
         counts["spilling"] += row["spill_bytes"] > 0
         rows.append(row)
-    if ranked and not counts["compiled"]:
-        raise CompileError(f"carve: none of the {len(ranked)} configs the model ranked best built and compiled"
+    if tried and not counts["compiled"]:
+        raise CompileError(f"carve: none of the {tried} configs the model ranked best built and compiled"
                            f"{f' for {arch}' if arch else ''}; the first: {first_error}")
     return rows, counts
 

@@ -187,9 +187,9 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
     ``df.attrs["aligned"]`` is False.
 
     ``resources`` (``schedlib.runtime.resources.compiled_resources(target)``) compiles the model's best
-    ``max(2 * topk, 8)`` configs and ranks them again with the registers ptxas allots, spilling configs
-    last (:mod:`schedlib.carver.compiled`); rows then carry ``model_registers`` and ``spill_bytes``, and
-    ``df.attrs["compiled"]`` what was compiled.
+    ``max(2 * topk, 8)`` configs (the next ones in place of any that fail or cannot launch) and ranks them
+    again with the registers ptxas allots, spilling configs last (:mod:`schedlib.carver.compiled`); rows
+    then carry ``model_registers`` and ``spill_bytes``, and ``df.attrs["compiled"]`` what was compiled.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -228,7 +228,7 @@ def carve(func: Func, target: Any, topk: int | None = 10, *, rule: Rule | str | 
     compiled: dict[str, Any] | None = None
     if resources is not None:
         assert topk is not None  # refused above
-        rows, compiled = reprice(ctx, ranked[:pool_size(topk)], resources)
+        rows, compiled = reprice(ctx, ranked, pool_size(topk), resources)
         rows.sort(key=lambda r: (r["spill_bytes"] > 0, *_order(r)))
         rows = rows[:topk]
     else:

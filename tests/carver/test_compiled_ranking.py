@@ -33,8 +33,8 @@ class StandInCompiler:
     """Registers and spills chosen per config (keyed by its JSON), and configs that 'fail to compile'."""
 
     def __init__(self, registers: dict[str, int], spills: dict[str, int] | None = None,
-                 failing: tuple[str, ...] = ()) -> None:
-        self.registers, self.spills, self.failing = registers, spills or {}, failing
+                 failing: tuple[str, ...] = (), default: int | None = None) -> None:
+        self.registers, self.spills, self.failing, self.default = registers, spills or {}, failing, default
         self.calls = 0
 
     @staticmethod
@@ -47,7 +47,7 @@ class StandInCompiler:
         if key in self.failing:
             raise CompileError(f"ptxas: error in a stand-in kernel {key}")
         model = get_rule("matmul").tiling(RAGGED, H100, schedule.config).registers
-        return Usage(self.registers.get(key, model), self.spills.get(key, 0))
+        return Usage(self.registers.get(key, model if self.default is None else self.default), self.spills.get(key, 0))
 
 
 def _model_top(n: int) -> list[dict[str, Any]]:
@@ -87,7 +87,7 @@ def test_a_config_that_fails_to_compile_is_left_out_and_counted(caplog: pytest.L
     bad = StandInCompiler.tile(top[0])
     df = sl.carver.carve(RAGGED, H100, topk=2, resources=StandInCompiler({}, failing=(bad,)))
     assert bad not in [StandInCompiler.tile(c) for c in df["config"]]
-    assert df.attrs["compiled"]["failed"] == 1 and df.attrs["compiled"]["compiled"] == 7
+    assert df.attrs["compiled"]["failed"] == 1 and df.attrs["compiled"]["compiled"] == 8  # the ninth stood in
     assert "did not compile, left out: ptxas: error in a stand-in kernel" in caplog.text
 
 
@@ -108,8 +108,8 @@ def test_a_config_the_rule_fails_to_schedule_is_left_out_and_counted(monkeypatch
     compiler = StandInCompiler({})
     df = sl.carver.carve(RAGGED, H100, topk=2, resources=compiler)
     assert bad not in [StandInCompiler.tile(c) for c in df["config"]]
-    assert df.attrs["compiled"]["failed"] == 1 and df.attrs["compiled"]["compiled"] == 7
-    assert compiler.calls == 7  # the refused config never reached the compiler
+    assert df.attrs["compiled"]["failed"] == 1 and df.attrs["compiled"]["compiled"] == 8
+    assert compiler.calls == 8  # the refused config never reached the compiler; the ninth stood in
     assert "a stand-in refusal" in caplog.text
 
 
@@ -132,14 +132,24 @@ def test_the_warning_quotes_the_compilers_error_not_its_command_line() -> None:
 
 
 def test_no_launchable_config_keeps_the_columns_and_best_says_why() -> None:
-    top = _model_top(pool_size(2))
-    df = sl.carver.carve(RAGGED, H100, topk=2, resources=StandInCompiler({StandInCompiler.tile(c): 300 for c in top}))
+    df = sl.carver.carve(RAGGED, H100, topk=2, resources=StandInCompiler({}, default=300))
     assert df.empty and {"model_registers", "spill_bytes", "est_time_us"} <= set(df.columns)
-    assert df.attrs["compiled"] == {"arch": "sm_90", "compiled": 8, "failed": 0, "unlaunchable": 8, "spilling": 0}
+    # each one that cannot launch is replaced by the next, up to twice the pool of 8
+    assert df.attrs["compiled"] == {"arch": "sm_90", "compiled": 16, "failed": 0, "unlaunchable": 16, "spilling": 0}
     assert "compiled for sm_90 can launch on h100 with the registers ptxas allots" in no_legal_config(df)
-    top1 = _model_top(pool_size(1))
-    with pytest.raises(ScheduleError, match="none of the 8 configs compiled for sm_90 can launch on h100"):
-        sl.carver.best(RAGGED, H100, resources=StandInCompiler({StandInCompiler.tile(c): 300 for c in top1}))
+    with pytest.raises(ScheduleError, match="none of the 16 configs compiled for sm_90 can launch on h100"):
+        sl.carver.best(RAGGED, H100, resources=StandInCompiler({}, default=300))
+
+
+def test_configs_that_fail_are_replaced_by_the_next_of_the_ranking() -> None:
+    """Three of the model's best eight fail: the next three are compiled instead, so the top four are whole."""
+    top = _model_top(pool_size(4) + 3)
+    failing = tuple(StandInCompiler.tile(c) for c in top[1:4])
+    compiler = StandInCompiler({}, failing=failing)
+    df = sl.carver.carve(RAGGED, H100, topk=4, resources=compiler)
+    assert len(df) == 4 and not {StandInCompiler.tile(c) for c in df["config"]} & set(failing)
+    assert df.attrs["compiled"] == {"arch": "sm_90", "compiled": 8, "failed": 3, "unlaunchable": 0, "spilling": 0}
+    assert compiler.calls == 11
 
 
 def test_a_compile_report_without_kernels_is_a_compile_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -73,7 +73,7 @@ def test_carve_compiled_shows_the_registers_ptxas_allots() -> None:
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     assert len(lines) == 3 and all(c in lines[0] for c in ("registers_per_thread", "model_registers", "spill_bytes"))
-    assert "compiling up to 8 configs for sm_90 ..." in proc.stderr
+    assert "compiling the model's best 8 configs for sm_90 (the next ones in place of any that fail) ..." in proc.stderr
     assert re.search(r"compiled 8 configs for sm_90: \d+ spill, 0 failed to compile, 0 cannot launch", proc.stderr)
 
 
