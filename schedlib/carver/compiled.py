@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from numbers import Integral
 from typing import Any
 
 from schedlib.carver.model import evaluate
@@ -59,6 +60,11 @@ def reprice(ctx: Any, ranked: list[Config], pool: int, resources: Resources
             first_error = first_error or diagnostic(err)
             log.warning("carve: %s config %s did not compile, left out: %s", ctx.rule.name, config, diagnostic(err))
             continue
+        if not (isinstance(usage.registers, Integral) and usage.registers > 0
+                and isinstance(usage.spill_bytes, Integral) and usage.spill_bytes >= 0):
+            raise ValueError(f"carve: resources gave registers={usage.registers!r}, spill_bytes="
+                             f"{usage.spill_bytes!r} for config {config}; they must be a positive and a "
+                             "non-negative int")
         counts["compiled"] += 1
         counts["arch"] = usage.arch
         tiling = ctx.tiling(config, ctx.key(config))

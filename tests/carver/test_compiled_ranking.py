@@ -189,6 +189,8 @@ def test_arguments_are_checked() -> None:
     for arch in ("90", "sm_", "sm_abc"):
         with pytest.raises(CompileError, match=f"arch '{arch}' is not of the form sm_XY"):
             compiled_resources(H100, arch=arch)
+    with pytest.raises(ValueError, match="resources gave registers=0, spill_bytes=0 for config"):
+        sl.carver.carve(RAGGED, H100, topk=2, resources=StandInCompiler({}, default=0))
     with pytest.raises(ValueError, match="resources builds for a100 and the ranking is for h100"):
         sl.carver.carve(RAGGED, H100, topk=2, resources=compiled_resources("a100"))
 
