@@ -95,7 +95,8 @@ def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
         with np.errstate(invalid="ignore"):  # the saturated lanes are replaced below
             out = np.where(x >= float(hi) + 1.0, hi, np.where(x < float(lo), lo, x.astype(wide)))
         return out.astype(wide).astype(_NUMPY[dtype])  # int8: the low byte, as the GPU's byte store keeps
-    return np.asarray(values).astype(_NUMPY[check_dtype(dtype)], copy=False)
+    with np.errstate(over="ignore"):  # a value past the type's range is inf there, as the GPU's conversion gives
+        return np.asarray(values).astype(_NUMPY[check_dtype(dtype)], copy=False)
 
 
 def promote(a: str, b: str) -> str:

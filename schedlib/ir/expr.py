@@ -11,8 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+import numpy as np
+
 from schedlib.errors import IRError
-from schedlib.ir.dtype import canonical_dtype, fits, int_range, is_float, is_int, promote
+from schedlib.ir.dtype import canonical_dtype, fits, int_range, is_float, is_int, promote, round_to_dtype
 
 ExprLike = Union["Expr", int, float, bool]
 
@@ -317,10 +319,15 @@ def call(fn: str, *args: ExprLike) -> Expr:
 
 
 def _holds_its_type(v: Expr) -> bool:
-    """``v`` is a value of its own type with no rounding owed: a load, a constant, a cast, or a max, min,
-    absolute value, negation or choice of such values (each returns one of its operands, or flips a sign)."""
-    if isinstance(v, (Load, Const, Cast)):
+    """``v`` is a value of its own type with no rounding owed: a load, a cast, a constant the type holds
+    exactly (an fp16 constant stays the float literal it was written as: 0.1 is not fp16's 0.09998), or a
+    max, min, absolute value, negation or choice of such values (each returns one of its operands, or flips a
+    sign)."""
+    if isinstance(v, (Load, Cast)):
         return True
+    if isinstance(v, Const):  # (1e9 is inf in fp16: not held, so the cast stays)
+        held = round_to_dtype(np.array([v.value], dtype=np.float32), v.dtype)
+        return float(np.asarray(held, dtype=np.float64)[0]) == float(v.value)
     if isinstance(v, Binary) and v.op in ("max", "min"):
         return _holds_its_type(v.a) and _holds_its_type(v.b)
     if isinstance(v, Call) and v.fn in ("abs", "neg"):

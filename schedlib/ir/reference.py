@@ -205,10 +205,12 @@ class _Runner:
                     first &= np.broadcast_to(points[a.name], (count,)) == 0
             out[tuple(i[first] for i in idx)] = round_to_dtype(np.asarray(ev.eval(block.init)), dtype)
         ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}[block.reducer]
-        if dtype == "bfloat16" and block.reducer == "sum":
-            _accumulate_rounded(out, idx, round_to_dtype(value, dtype), dtype)
+        if dtype in ("float16", "bfloat16") and block.reducer == "sum":
+            # the kernel adds the term as computed (in float) to the widened sum and rounds the sum once a
+            # step: the term itself is not rounded first
+            _accumulate_rounded(out, idx, np.asarray(value, dtype=np.float32), dtype)
         else:
-            # float16 buffers are numpy float16, so ufunc.at already rounds every step; max/min are exact.
+            # max/min return one of their operands: rounding the term first gives the same bits
             ufunc.at(out, idx, round_to_dtype(value, dtype))
 
 

@@ -193,4 +193,13 @@ def tiles_whole_buffer(func: Func, host: Block, fixed: set[str], shape: Sequence
             (e == 1 and trips is not None and simplify(trips) == simplify(size))
         if not whole:
             return False
-    return all(name in used or as_int(extent) == 1 for name, extent in extents.items() if name in fixed)
+    return not repeating_loops(func, host, fixed, region)
+
+
+def repeating_loops(func: Func, host: Block, fixed: set[str], region: Sequence[tuple[Expr, Expr]]) -> list[str]:
+    """The ``fixed`` loops of more than one iteration whose variable places no dimension of ``region`` (a box
+    based at it): each of their iterations covers the boxes of the others again, so a block placed there is
+    computed again in each one (concurrently, where the loop is bound to blocks or threads)."""
+    placing = {atom.name for base, _ in region for atom in to_affine(simplify(base))[0] if isinstance(atom, Var)}
+    return [lp.name for lp in func.all_loops(host)
+            if lp.name in fixed and lp.name not in placing and as_int(lp.extent) != 1]

@@ -64,3 +64,20 @@ def test_an_explicit_cast_of_fp16_arithmetic_rounds_in_the_reference_and_the_ker
     x = np.full(4, 0.3, dtype=np.float16)
     assert sl.run_reference(f, {"X": x})["C"][0] == 1.0
     assert sl.build(sl.rules.apply_default(f, "h100"), "h100").run_cpu(x)[0] == 1.0
+
+
+def test_a_constant_the_type_cannot_hold_is_rounded_where_the_stage_stored_it() -> None:
+    """fp16 constants stay the float literals they were written as: ``max(x, 0.1)`` stored holds fp16's
+    0.09998, and a fill of 1e5 is inf in fp16.  Inlined, both were taken unrounded (a kernel gave 0 for
+    (A - 0.1) * 1e4 at x = -1, where the func gives -0.244, and 0 where it gives inf)."""
+    X = sl.placeholder((4,), "float16", "X")
+    A = sl.compute((4,), lambda i: sl.maximum(X[i], 0.1), "A")
+    B = sl.compute((4,), lambda i: sl.if_then_else(X[i] > 0.0, X[i], 1e5), "B")
+    C = sl.compute((4,), lambda i: ((A[i] - 0.1) * 1e4 + (B[i] - 1e5)).astype("float32"), "C")
+    f = sl.func([X, C], "held_constants")
+    x = np.array([-1.0, -1.0, 2.0, 2.0], dtype=np.float16)
+    want = sl.run_reference(f, {"X": x})["C"]
+    assert np.isposinf(want[0]) and np.isfinite(want[2])  # 1e5 became inf where B stored it
+    got = sl.build(sl.rules.apply_default(f, "h100"), "h100").run_cpu(x)
+    np.testing.assert_array_equal(got, want)
+    assert not isinstance(rounded("float16", sl.maximum(X[0], 0.5)), Cast)  # 0.5 is an fp16 value

@@ -69,6 +69,14 @@ def test_a_symbolic_row_length_split_over_threads() -> None:
         assert_same_result(s.original, s, symbols={"N": cols})
 
 
+def test_a_loop_of_one_iteration_does_not_move_the_index() -> None:
+    """Columns split as [1, 64]: the outer loop runs once, so placing the row sum at it computes it once."""
+    s = sl.Schedule(scaled_with_sum(4, 64))
+    outer, _ = s.split("Y.j", [1, None])
+    s.compute_with("S", outer)
+    assert_same_result(s.original, s)
+
+
 def test_the_trace_replays() -> None:
     s = sl.Schedule(moments_func())
     s.compute_with("S", "Q.i")
@@ -146,6 +154,15 @@ def _recomputed_host() -> sl.Schedule:
     return schedule(sl.func([A, D, C], "recomputed_host"), lambda s: s.compute_at("B", "C.i"))
 
 
+def _columns_over_blocks() -> sl.Schedule:
+    """Y's columns split over CUDA blocks inside its row loop."""
+    def split_over_blocks(s: sl.Schedule) -> None:
+        outer, inner = s.split("Y.j", [None, 4])
+        s.bind(outer, "blockIdx.x")
+        s.bind(inner, "threadIdx.x")
+    return schedule(scaled_with_sum(), split_over_blocks)
+
+
 NEGATIVE = [
     Reject("compute-with-reads-host", lambda: sl.Schedule(_chained()), lambda s: s.compute_with("C", "B.i"),
            "compute_with", "block", "C", "reads B, which B writes; use reverse_compute_at"),
@@ -170,6 +187,8 @@ NEGATIVE = [
            "compute_with", "loop", "Y.j_1", "dimension 1 of Y (its index moves with Y.j_1)"),
     Reject("compute-with-host-run-again", _recomputed_host, lambda s: s.compute_with("D", "B.j"),
            "compute_with", "loop", "B.j", "do not cover D exactly once between them"),
+    Reject("compute-with-above-a-grid-loop", _columns_over_blocks, lambda s: s.compute_with("S", "Y.i"),
+           "compute_with", "loop", "Y.i", "Y.j_0 below it is bound to blockIdx.x: every CUDA block would compute S"),
     Reject("compute-with-reader-would-run-first", lambda: sl.Schedule(_reader_between()),
            lambda s: s.compute_with("S", "Q.i"), "compute_with", "block", "S",
            "block T would run before S, which produces S"),

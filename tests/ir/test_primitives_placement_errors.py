@@ -110,6 +110,28 @@ def _row_output_under_column_tiles() -> sl.Schedule:
     return s
 
 
+def _centred_rows_over_column_blocks() -> sl.Schedule:
+    """Y = X - S[i] with S (a row sum) an output; Y's columns split over CUDA blocks inside its row loop."""
+    X = sl.placeholder((8, 64), "float32", "X")
+    k = sl.reduce_axis(64, "k")
+    S = sl.compute((8,), lambda i: sl.sum(X[i, k], axis=k), "S")
+    s = sl.Schedule(sl.func([X, sl.compute((8, 64), lambda i, j: X[i, j] - S[i], "Y"), S], "centre_rows"))
+    outer, inner = s.split("Y.j", [None, 32])
+    s.bind(outer, "blockIdx.x")
+    s.bind(inner, "threadIdx.x")
+    return s
+
+
+def _column_sums_under_row_blocks() -> sl.Schedule:
+    """Y = X - T[j] with T (column sums) an intermediate in global memory; Y's rows over CUDA blocks."""
+    X = sl.placeholder((8, 64), "float32", "X")
+    k = sl.reduce_axis(8, "k")
+    T = sl.compute((64,), lambda j: sl.sum(X[k, j], axis=k), "T")
+    s = sl.Schedule(sl.func([X, sl.compute((8, 64), lambda i, j: X[i, j] - T[j], "Y")], "centre_cols"))
+    s.bind("Y.i", "blockIdx.x")
+    return s
+
+
 NEGATIVE = [
     # Regression: accepted, and codegen then dropped the vectorization without a word.
     Reject("compute-at-vectorized-loop", _ew_split_vectorized, lambda s: s.compute_at("X_local", "E0.i1_1"),
@@ -127,6 +149,12 @@ NEGATIVE = [
            "writes output R, and the iterations of Y2.i do not read all of it"),
     Reject("compute-at-output-again-per-tile", _row_output_under_column_tiles, lambda s: s.compute_at("R", "Y.j_1"),
            "compute_at", "block", "R", "do not read all of it exactly once between them"),
+    # every CUDA block runs what is placed above its own loops: S's row sums would be reduced by each block
+    Reject("compute-at-above-a-grid-loop", _centred_rows_over_column_blocks, lambda s: s.compute_at("S", "Y.i"),
+           "compute_at", "loop", "Y.i", "Y.j_0 below it is bound to blockIdx.x: every CUDA block would compute S"),
+    # each CUDA block of Y.i would reduce every column of T again, re-initialising sums others accumulate
+    Reject("compute-at-global-reduction-again", _column_sums_under_row_blocks, lambda s: s.compute_at("T", "Y.i"),
+           "compute_at", "loop", "Y.i", "T reduces into global T, and each iteration of Y.i would compute the same"),
     Reject("compute-at-compacted", _mm_relu_staged, lambda s: s.compute_at("A_shared", "C.i"), "compute_at",
            "block", "A_shared", "does not store at its plain spatial axes"),
     Reject("compute-at-unread", _unread, lambda s: s.compute_at("B", "C.i"), "compute_at", "block", "B",

@@ -22,7 +22,7 @@ from schedlib.ir.primitives.common import (
     loop_ranges,
     normalize,
 )
-from schedlib.ir.region import access_region, covers_box, tiles_whole_buffer
+from schedlib.ir.region import access_region, covers_box, repeating_loops, tiles_whole_buffer
 from schedlib.ir.simplify import (
     conjunction,
     free_vars,
@@ -179,6 +179,17 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
         fail(prim, "block", block, f"writes output {buf.name}, and the iterations of {loop} do not read all of "
                                    "it exactly once between them (each reads one tile of a row-by-row or "
                                    "tile-by-tile walk, or the whole, and every other loop at or above it runs once)")
+    if buf.scope == "global" and blk.reducer is not None:
+        # a reduction into global memory computed again per iteration would re-initialise partial sums that
+        # another block is still accumulating (an element-wise stage only writes the same values; a loop over
+        # threads gets a guard that leaves the work to one of them)
+        threads = {lp.name for lp in func.all_loops(host) if _per_thread(lp)}
+        again = [name for name in repeating_loops(func, host, fixed, region) if name not in threads]
+        if again:
+            fail(prim, "loop", loop, f"{block} reduces into global {buf.name}, and each iteration of {again[0]} "
+                                     "would compute the same elements of it again")
+    if buf.scope == "global" and (buf.name in func.outputs or blk.reducer is not None):
+        _refuse_grid_loops_below(prim, host, idx, block, buf.name)
     moved = _regenerate(func, blk, dict(zip(stored, region)), Attach(host.name, loop, "before"))
     out = func.with_block(moved)
     if buf.scope != "global":
@@ -353,12 +364,14 @@ def compute_with(func: Func, block: str, loop: str) -> tuple[Func, None]:
     # held there.  (Asked of the index, not the region's box, which a split of a symbolic extent leaves at
     # ceil(N / f) * f, and which a fused index widens to the whole dimension while it still moves.)
     binding = {a.name: b for a, b in zip(host.axes, host.bindings)}
+    held = {lp.name for lp in func.all_loops(host) if lp.name in fixed and as_int(lp.extent) != 1}
     for d in range(rank, len(host_buf.shape)):
-        moving = sorted(free_vars(substitute(host.store_indices[d], binding)) & fixed)
+        moving = sorted(free_vars(substitute(host.store_indices[d], binding)) & held)
         if moving:
             fail(prim, "loop", loop, f"its iterations each cover part of dimension {d} of {host_buf.name} (its "
                                      f"index moves with {', '.join(moving)}), which {buf.name} lacks: {block} "
                                      "would be computed again in each of them")
+    _refuse_grid_loops_below(prim, host, idx, block, buf.name)
     if not tiles_whole_buffer(func, host, fixed, buf.shape, region[:rank]):
         fail(prim, "loop", loop, f"its iterations do not cover {buf.name} exactly once between them (each "
                                  "dimension must be whole or tiled by a loop of its own, and every other loop "
@@ -370,6 +383,15 @@ def compute_with(func: Func, block: str, loop: str) -> tuple[Func, None]:
     out = normalize(func.with_block(moved))
     check_dependencies(out, prim, "block", block)
     return out, None
+
+
+def _refuse_grid_loops_below(prim: str, host: Block, idx: int, block: str, buffer: str) -> None:
+    """Every CUDA block runs what is placed above its own loops: a global buffer computed above a loop bound to
+    ``blockIdx`` would be computed again by each block, concurrently.  (Threads below get a guard instead.)"""
+    grid = [lp for lp in host.loops[idx + 1:] if lp.thread is not None and lp.thread.startswith("blockIdx")]
+    if grid:
+        fail(prim, "loop", host.loops[idx].name, f"{grid[0].name} below it is bound to {grid[0].thread}: every "
+                                                 f"CUDA block would compute {block} into global {buffer} again")
 
 
 def _dims(shape: tuple[Expr, ...]) -> str:
