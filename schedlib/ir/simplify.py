@@ -24,9 +24,9 @@ from schedlib.ir.expr import (
     binary,
     call,
     cast,
-    rounded,
     select,
 )
+from schedlib.ir.rounding import rounded
 
 Ranges = Mapping[str, tuple[int, int]]  # var name -> inclusive (lo, hi)
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import schedlib as sl
-from schedlib.ir.expr import Cast, Load, cast, rounded
+from schedlib.ir.expr import Cast, Load, cast
+from schedlib.ir.rounding import rounded
 
 
 def offset_and_back(dtype: str) -> sl.Func:

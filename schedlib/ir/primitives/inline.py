@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from schedlib.ir.expr import Expr, Load, Var, rounded
+from schedlib.ir.expr import Expr, Load, Var
 from schedlib.ir.func import Block, Buffer, Func
 from schedlib.ir.primitives.common import check_single_producer, fail, get_block, normalize
+from schedlib.ir.rounding import rounded
 from schedlib.ir.simplify import loads, map_children, substitute
 
 
