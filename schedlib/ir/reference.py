@@ -7,8 +7,9 @@ semantics, so a wrong schedule gives a wrong answer here rather than only on the
 
 Numbers follow the generated CUDA: fp16/bf16 arithmetic runs in float32 and rounds where a value is stored
 or cast, and a float -> integer conversion is the GPU's (NaN to 0, saturated), so for element-wise work the
-reference gives the kernel's bits; sums may still differ in the last place where the kernel adds in
-another order.
+reference gives the emulated kernel's bits; sums may still differ in the last place where the kernel adds in
+another order.  On a GPU, nvcc also fuses ``a * b + c`` into one FMA (one rounding where the reference and
+the emulator make two), so a GPU result can differ from both in the last place; GPU checks use tolerances.
 """
 
 from __future__ import annotations
