@@ -141,12 +141,13 @@ def _nvcc_codes(nvcc: str) -> frozenset[str]:
     return frozenset(out.stdout.split()) if out.returncode == 0 else frozenset()
 
 
-def check_arch(arch: Any) -> None:
-    """A CompileError, before anything is compiled, when ``arch`` is no architecture name or the nvcc found
-    cannot build it (nvcc 13 dropped sm_70): otherwise every kernel would fail alike, one by one."""
+def check_arch(arch: Any, compiler: str | None = None) -> None:
+    """A CompileError, before anything is compiled, when ``arch`` is no architecture name or the nvcc that
+    would compile it cannot build it (nvcc 13 dropped sm_70): otherwise every kernel would fail alike, one by
+    one.  With ``compiler="nvrtc"`` only the name is checked."""
     if not isinstance(arch, str) or not _ARCH.match(arch):
         raise CompileError(f"arch {arch!r} is not of the form sm_XY (e.g. sm_80, sm_90, sm_90a)")
-    nvcc = find_nvcc()
+    nvcc = find_nvcc() if compiler != "nvrtc" else None
     codes = _nvcc_codes(nvcc) if nvcc is not None else frozenset()
     if codes and arch.rstrip("abcdefghijklmnopqrstuvwxyz") not in codes:
         raise CompileError(f"{nvcc} cannot build {arch}: it builds {', '.join(sorted(codes, key=_arch_number))}")
@@ -222,7 +223,7 @@ def _run_nvrtc(source: str, arch: str, flags: Sequence[str]) -> tuple[str, bytes
 
 def _compiler(arch: str, compiler: str | None) -> tuple[str | None, str, str]:
     """(nvcc path or None for NVRTC, the compiler's name, its identity for cache keys), or a CompileError."""
-    check_arch(arch)
+    check_arch(arch, compiler)
     if compiler not in (None, "nvcc", "nvrtc"):
         raise CompileError(f"compiler must be 'nvcc', 'nvrtc' or None, got {compiler!r}")
     nvcc = find_nvcc() if compiler in (None, "nvcc") else None

@@ -205,3 +205,14 @@ def test_real_compiler_figures_are_those_of_the_kernel() -> None:
     assert df["model_registers"][0] == get_rule("matmul").tiling(f, H100, config).registers
     assert df["spill_bytes"][0] == sum(k.spill_store_bytes + k.spill_load_bytes for k in report.kernels.values())
     assert df.attrs["compiled"]["arch"] == "sm_90" and df.attrs["compiled"]["compiled"] == 8
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc, whose list of architectures leaves out sm_70")
+def test_an_architecture_is_checked_against_the_compiler_that_builds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from schedlib.runtime.nvcc import check_arch
+
+    with pytest.raises(CompileError, match="cannot build sm_70: it builds sm_75"):
+        check_arch("sm_70")
+    check_arch("sm_70", "nvrtc")  # NVRTC has its own list; only the name is checked
+    monkeypatch.setattr("schedlib.runtime.nvcc.find_nvcc", lambda: None)
+    check_arch("sm_70")  # no nvcc: nothing to ask
