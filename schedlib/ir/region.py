@@ -197,9 +197,14 @@ def tiles_whole_buffer(func: Func, host: Block, fixed: set[str], shape: Sequence
 
 
 def repeating_loops(func: Func, host: Block, fixed: set[str], region: Sequence[tuple[Expr, Expr]]) -> list[str]:
-    """The ``fixed`` loops of more than one iteration whose variable places no dimension of ``region`` (a box
-    based at it): each of their iterations covers the boxes of the others again, so a block placed there is
-    computed again in each one (concurrently, where the loop is bound to blocks or threads)."""
-    placing = {atom.name for base, _ in region for atom in to_affine(simplify(base))[0] if isinstance(atom, Var)}
+    """The ``fixed`` loops of more than one iteration whose iterations cover some of each other's boxes of
+    ``region``: their variable places no dimension (each iteration covers the same box again), or places one
+    with a step shorter than the box (``P[i:i + 2]`` for each ``i``: neighbours overlap).  A block placed there
+    is computed again over those elements (concurrently, where the loop is bound to blocks or threads)."""
+    apart: set[str] = set()  # loops that move the box by at least its extent along some dimension
+    for base, extent in region:
+        e = as_int(extent)
+        terms, _ = to_affine(simplify(base))
+        apart |= {atom.name for atom, k in terms.items() if isinstance(atom, Var) and e is not None and abs(k) >= e}
     return [lp.name for lp in func.all_loops(host)
-            if lp.name in fixed and lp.name not in placing and as_int(lp.extent) != 1]
+            if lp.name in fixed and as_int(lp.extent) != 1 and lp.name not in apart]

@@ -12,7 +12,7 @@ import schedlib as sl
 from schedlib.ir.func import Func
 from schedlib.ir.simplify import rename_buffer
 
-from .helpers import Reject, chain_func, schedule
+from .helpers import Reject, assert_same_result, chain_func, schedule
 from .test_primitives_placement import _transposing_chain
 
 
@@ -132,6 +132,38 @@ def _column_sums_under_row_blocks() -> sl.Schedule:
     return s
 
 
+def _pairs_over_blocks() -> sl.Schedule:
+    """C[i] = P[i] + P[i + 1] with P (row sums) a global intermediate and C's rows over CUDA blocks: blocks i
+    and i + 1 would both reduce P[i + 1]."""
+    X = sl.placeholder((9, 16), "float32", "X")
+    k = sl.reduce_axis(16, "k")
+    P = sl.compute((9,), lambda i: sl.sum(X[i, k], axis=k), "P")
+    s = sl.Schedule(sl.func([X, sl.compute((8,), lambda i: P[i] + P[i + 1], "C")], "pairs"))
+    s.bind("C.i", "blockIdx.x")
+    return s
+
+
+def test_placements_that_compute_nothing_twice_at_once_are_taken() -> None:
+    """A blockIdx loop of one iteration below the placement (one CUDA block along it), and a serial loop over
+    a global reduction inside one CUDA block (each row recomputes the column sums, in order): both race-free."""
+    X = sl.placeholder((8, 64), "float32", "X")
+    k = sl.reduce_axis(64, "k")
+    S = sl.compute((8,), lambda i: sl.sum(X[i, k], axis=k), "S")
+    s = sl.Schedule(sl.func([X, sl.compute((8, 64), lambda i, j: X[i, j] - S[i], "Y"), S], "centre_rows"))
+    outer, inner = s.split("Y.j", [None, 64])
+    s.bind(outer, "blockIdx.y")
+    s.bind(inner, "threadIdx.x")
+    s.bind("Y.i", "blockIdx.x")
+    s.compute_at("S", "Y.i")
+    assert_same_result(s.original, s)
+    kr = sl.reduce_axis(8, "k")
+    T = sl.compute((64,), lambda j: sl.sum(X[kr, j], axis=kr), "T")
+    s = sl.Schedule(sl.func([X, sl.compute((8, 64), lambda i, j: X[i, j] - T[j], "Y")], "centre_cols"))
+    s.bind("Y.j", "threadIdx.x")
+    s.compute_at("T", "Y.i")
+    assert_same_result(s.original, s)
+
+
 NEGATIVE = [
     # Regression: accepted, and codegen then dropped the vectorization without a word.
     Reject("compute-at-vectorized-loop", _ew_split_vectorized, lambda s: s.compute_at("X_local", "E0.i1_1"),
@@ -154,7 +186,10 @@ NEGATIVE = [
            "compute_at", "loop", "Y.i", "Y.j_0 below it is bound to blockIdx.x: every CUDA block would compute S"),
     # each CUDA block of Y.i would reduce every column of T again, re-initialising sums others accumulate
     Reject("compute-at-global-reduction-again", _column_sums_under_row_blocks, lambda s: s.compute_at("T", "Y.i"),
-           "compute_at", "loop", "Y.i", "T reduces into global T, and each iteration of Y.i would compute the same"),
+           "compute_at", "loop", "Y.i", "T reduces into global T, and the CUDA blocks of Y.i would compute some"),
+    # boxes of neighbouring iterations overlap: two CUDA blocks would reduce P[i + 1] at once
+    Reject("compute-at-global-reduction-overlapping", _pairs_over_blocks, lambda s: s.compute_at("P", "C.i"),
+           "compute_at", "loop", "C.i", "P reduces into global P, and the CUDA blocks of C.i would compute some"),
     Reject("compute-at-compacted", _mm_relu_staged, lambda s: s.compute_at("A_shared", "C.i"), "compute_at",
            "block", "A_shared", "does not store at its plain spatial axes"),
     Reject("compute-at-unread", _unread, lambda s: s.compute_at("B", "C.i"), "compute_at", "block", "B",

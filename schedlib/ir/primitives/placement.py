@@ -181,14 +181,14 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
                                    "it exactly once between them (each reads one tile of a row-by-row or "
                                    "tile-by-tile walk, or the whole, and every other loop at or above it runs once)")
     if buf.scope == "global" and blk.reducer is not None:
-        # a reduction into global memory computed again per iteration would re-initialise partial sums that
-        # another block is still accumulating (an element-wise stage only writes the same values; a loop over
-        # threads gets a guard that leaves the work to one of them)
-        threads = {lp.name for lp in func.all_loops(host) if _per_thread(lp)}
-        again = [name for name in repeating_loops(func, host, fixed, region) if name not in threads]
+        # a reduction into global memory computed again by another CUDA block would re-initialise partial sums
+        # this one is still accumulating (an element-wise stage only writes the same values; a loop over
+        # threads gets a guard that leaves the work to one of them, and a serial loop repeats it in order)
+        grid = {lp.name for lp in func.all_loops(host) if lp.thread is not None and lp.thread.startswith("blockIdx")}
+        again = [name for name in repeating_loops(func, host, fixed, region) if name in grid]
         if again:
-            fail(prim, "loop", loop, f"{block} reduces into global {buf.name}, and each iteration of {again[0]} "
-                                     "would compute the same elements of it again")
+            fail(prim, "loop", loop, f"{block} reduces into global {buf.name}, and the CUDA blocks of {again[0]} "
+                                     "would compute some of the same elements of it at once")
     if buf.scope == "global" and (buf.name in func.outputs or blk.reducer is not None):
         _refuse_grid_loops_below(prim, host, idx, block, buf.name)
     moved = _regenerate(func, blk, dict(zip(stored, region)), Attach(host.name, loop, "before"))
@@ -307,7 +307,8 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
 def _refuse_grid_loops_below(prim: str, host: Block, idx: int, block: str, buffer: str) -> None:
     """Every CUDA block runs what is placed above its own loops: a global buffer computed above a loop bound to
     ``blockIdx`` would be computed again by each block, concurrently.  (Threads below get a guard instead.)"""
-    grid = [lp for lp in host.loops[idx + 1:] if lp.thread is not None and lp.thread.startswith("blockIdx")]
+    grid = [lp for lp in host.loops[idx + 1:]
+            if lp.thread is not None and lp.thread.startswith("blockIdx") and as_int(lp.extent) != 1]
     if grid:
         fail(prim, "loop", host.loops[idx].name, f"{grid[0].name} below it is bound to {grid[0].thread}: every "
                                                  f"CUDA block would compute {block} into global {buffer} again")
