@@ -97,25 +97,34 @@ def _every_other() -> sl.Schedule:
     return sl.Schedule(sl.func([X, sl.compute((4,), lambda i: R[2 * i] * 2.0, "Y2"), R], "every_other"))
 
 
+def _centred_rows(rows: int = 8, cols: int = 64) -> sl.Schedule:
+    """Y = X - S[i] with S, a row sum, an output too."""
+    X = sl.placeholder((rows, cols), "float32", "X")
+    k = sl.reduce_axis(cols, "k")
+    S = sl.compute((rows,), lambda i: sl.sum(X[i, k], axis=k), "S")
+    return sl.Schedule(sl.func([X, sl.compute((rows, cols), lambda i, j: X[i, j] - S[i], "Y"), S], "centre_rows"))
+
+
+def _centred_columns() -> sl.Schedule:
+    """Y = X - T[j] with T, the column sums, an intermediate in global memory."""
+    X = sl.placeholder((8, 64), "float32", "X")
+    k = sl.reduce_axis(8, "k")
+    T = sl.compute((64,), lambda j: sl.sum(X[k, j], axis=k), "T")
+    return sl.Schedule(sl.func([X, sl.compute((8, 64), lambda i, j: X[i, j] - T[j], "Y")], "centre_cols"))
+
+
 def _row_output_under_column_tiles() -> sl.Schedule:
-    """R (a row sum, an output) read by Y[i, j]; Y's column-tile loop (3 long) sits inside its row loop with
-    the loop over tiles outside: R[i] would be computed in each of the three iterations."""
-    X = sl.placeholder((6, 10), "float32", "X")
-    k = sl.reduce_axis(10, "k")
-    R = sl.compute((6,), lambda i: sl.sum(X[i, k], axis=k), "R")
-    Y = sl.compute((6, 10), lambda i, j: X[i, j] - R[i], "Y")
-    s = sl.Schedule(sl.func([X, Y, R], "row_output"))
+    """Y's column-tile loop (3 long) sits inside its row loop with the loop over tiles outside: S[i] would be
+    computed in each of the three iterations."""
+    s = _centred_rows(6, 10)
     outer, inner = s.split("Y.j", [None, 3])
     s.reorder("Y.i", inner, outer)
     return s
 
 
 def _centred_rows_over_column_blocks() -> sl.Schedule:
-    """Y = X - S[i] with S (a row sum) an output; Y's columns split over CUDA blocks inside its row loop."""
-    X = sl.placeholder((8, 64), "float32", "X")
-    k = sl.reduce_axis(64, "k")
-    S = sl.compute((8,), lambda i: sl.sum(X[i, k], axis=k), "S")
-    s = sl.Schedule(sl.func([X, sl.compute((8, 64), lambda i, j: X[i, j] - S[i], "Y"), S], "centre_rows"))
+    """Y's columns split over CUDA blocks inside its row loop."""
+    s = _centred_rows()
     outer, inner = s.split("Y.j", [None, 32])
     s.bind(outer, "blockIdx.x")
     s.bind(inner, "threadIdx.x")
@@ -123,11 +132,8 @@ def _centred_rows_over_column_blocks() -> sl.Schedule:
 
 
 def _column_sums_under_row_blocks() -> sl.Schedule:
-    """Y = X - T[j] with T (column sums) an intermediate in global memory; Y's rows over CUDA blocks."""
-    X = sl.placeholder((8, 64), "float32", "X")
-    k = sl.reduce_axis(8, "k")
-    T = sl.compute((64,), lambda j: sl.sum(X[k, j], axis=k), "T")
-    s = sl.Schedule(sl.func([X, sl.compute((8, 64), lambda i, j: X[i, j] - T[j], "Y")], "centre_cols"))
+    """Y's rows over CUDA blocks, each of which would reduce every column of T."""
+    s = _centred_columns()
     s.bind("Y.i", "blockIdx.x")
     return s
 
@@ -146,19 +152,14 @@ def _pairs_over_blocks() -> sl.Schedule:
 def test_placements_that_compute_nothing_twice_at_once_are_taken() -> None:
     """A blockIdx loop of one iteration below the placement (one CUDA block along it), and a serial loop over
     a global reduction inside one CUDA block (each row recomputes the column sums, in order): both race-free."""
-    X = sl.placeholder((8, 64), "float32", "X")
-    k = sl.reduce_axis(64, "k")
-    S = sl.compute((8,), lambda i: sl.sum(X[i, k], axis=k), "S")
-    s = sl.Schedule(sl.func([X, sl.compute((8, 64), lambda i, j: X[i, j] - S[i], "Y"), S], "centre_rows"))
+    s = _centred_rows()
     outer, inner = s.split("Y.j", [None, 64])
     s.bind(outer, "blockIdx.y")
     s.bind(inner, "threadIdx.x")
     s.bind("Y.i", "blockIdx.x")
     s.compute_at("S", "Y.i")
     assert_same_result(s.original, s)
-    kr = sl.reduce_axis(8, "k")
-    T = sl.compute((64,), lambda j: sl.sum(X[kr, j], axis=kr), "T")
-    s = sl.Schedule(sl.func([X, sl.compute((8, 64), lambda i, j: X[i, j] - T[j], "Y")], "centre_cols"))
+    s = _centred_columns()
     s.bind("Y.j", "threadIdx.x")
     s.compute_at("T", "Y.i")
     assert_same_result(s.original, s)
@@ -179,8 +180,8 @@ NEGATIVE = [
            "compute_at", "block", "C_init", "C is also written by C"),
     Reject("compute-at-output", _every_other, lambda s: s.compute_at("R", "Y2.i"), "compute_at", "block", "R",
            "writes output R, and the iterations of Y2.i do not read all of it"),
-    Reject("compute-at-output-again-per-tile", _row_output_under_column_tiles, lambda s: s.compute_at("R", "Y.j_1"),
-           "compute_at", "block", "R", "do not read all of it exactly once between them"),
+    Reject("compute-at-output-again-per-tile", _row_output_under_column_tiles, lambda s: s.compute_at("S", "Y.j_1"),
+           "compute_at", "block", "S", "do not read all of it exactly once between them"),
     # every CUDA block runs what is placed above its own loops: S's row sums would be reduced by each block
     Reject("compute-at-above-a-grid-loop", _centred_rows_over_column_blocks, lambda s: s.compute_at("S", "Y.i"),
            "compute_at", "loop", "Y.i", "Y.j_0 below it is bound to blockIdx.x: every CUDA block would compute S"),
