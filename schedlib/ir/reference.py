@@ -163,10 +163,23 @@ class _Runner:
         rest = loops[level:]
         extents = [evaluate_int(lp.extent, env) for lp in rest]
         if rest and math.prod(extents) > CHUNK and len(rest) > 1:
-            for v in range(extents[0]):
-                self._grid(block, rest[1:], extents[1:], {**env, rest[0].name: v})
+            p = self._split_at(block, rest)
+            for v in range(extents[p]):
+                self._grid(block, rest[:p] + rest[p + 1:], extents[:p] + extents[p + 1:], {**env, rest[p].name: v})
             return
         self._grid(block, rest, extents, env)
+
+    def _split_at(self, block: Block, loops) -> int:
+        """Which of ``loops`` a grid too large to evaluate at once is cut along: the first, except for an fp16/bf16
+        sum, which rounds at every step and so adds its terms one step at a time (vectorised over the elements
+        a chunk holds): it is cut along its first reducing loop when only spatial loops come before, so each
+        chunk holds many elements and one step of each, and each element still takes its terms in order."""
+        if block.reducer == "sum" and self.func.buffer(block.store).dtype in ("float16", "bfloat16"):
+            kinds = [block.loop_kind(lp.name) for lp in loops]
+            first = next((p for p, kind in enumerate(kinds) if kind != "S"), 0)
+            if kinds[first] == "R":
+                return first
+        return 0
 
     def _grid(self, block: Block, loops, extents: list[int], env: dict[str, Any]) -> None:
         if any(e <= 0 for e in extents):
