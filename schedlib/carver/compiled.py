@@ -50,15 +50,13 @@ def reprice(ctx: Any, ranked: list[Config], pool: int, resources: Resources
         if len(rows) == pool or tried == 2 * pool or (tried == pool and not counts["compiled"]):
             break
         tried += 1
-        try:
-            schedule = ctx.rule.apply(ctx.func, ctx.profile, config)
-            if schedule is None:
-                raise SchedlibError(f"rule {ctx.rule.name} declined {ctx.func.name} at apply time")
-            usage = resources(schedule)
+        try:  # (with a config, apply raises where the rule declines; it returns None only for the default)
+            usage = resources(ctx.rule.apply(ctx.func, ctx.profile, config))
         except SchedlibError as err:
             counts["failed"] += 1
-            first_error = first_error or diagnostic(err)
-            log.warning("carve: %s config %s did not compile, left out: %s", ctx.rule.name, config, diagnostic(err))
+            why = diagnostic(err)
+            first_error = first_error or why
+            log.warning("carve: %s config %s did not compile, left out: %s", ctx.rule.name, config, why)
             continue
         if not (isinstance(usage.registers, Integral) and usage.registers > 0
                 and isinstance(usage.spill_bytes, Integral) and usage.spill_bytes >= 0):

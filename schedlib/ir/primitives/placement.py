@@ -81,6 +81,10 @@ def _per_thread(lp: Loop) -> bool:
     return lp.thread is not None and lp.thread.startswith("threadIdx")
 
 
+def _per_block(lp: Loop) -> bool:
+    return lp.thread is not None and lp.thread.startswith("blockIdx")
+
+
 def _threads_inside_the_box(host: Block, chain: list[Loop], fixed: set[str],
                             region: list[tuple[Expr, Expr]]) -> list[str]:
     """Fixed ``threadIdx`` loops whose step in a stored index is smaller than the region's extent there: the
@@ -184,7 +188,7 @@ def compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
         # a reduction into global memory computed again by another CUDA block would re-initialise partial sums
         # this one is still accumulating (an element-wise stage only writes the same values; a loop over
         # threads gets a guard that leaves the work to one of them, and a serial loop repeats it in order)
-        grid = {lp.name for lp in func.all_loops(host) if lp.thread is not None and lp.thread.startswith("blockIdx")}
+        grid = {lp.name for lp in func.all_loops(host) if _per_block(lp)}
         again = [name for name in repeating_loops(func, host, fixed, region) if name in grid]
         if again:
             fail(prim, "loop", loop, f"{block} reduces into global {buf.name}, and the CUDA blocks of {again[0]} "
@@ -307,8 +311,7 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
 def _refuse_grid_loops_below(prim: str, host: Block, idx: int, block: str, buffer: str) -> None:
     """Every CUDA block runs what is placed above its own loops: a global buffer computed above a loop bound to
     ``blockIdx`` would be computed again by each block, concurrently.  (Threads below get a guard instead.)"""
-    grid = [lp for lp in host.loops[idx + 1:]
-            if lp.thread is not None and lp.thread.startswith("blockIdx") and as_int(lp.extent) != 1]
+    grid = [lp for lp in host.loops[idx + 1:] if _per_block(lp) and as_int(lp.extent) != 1]
     if grid:
         fail(prim, "loop", host.loops[idx].name, f"{grid[0].name} below it is bound to {grid[0].thread}: every "
                                                  f"CUDA block would compute {block} into global {buffer} again")
