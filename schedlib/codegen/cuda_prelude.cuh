@@ -8,6 +8,14 @@
 
 // Kernel pointer parameter (the emulator turns it into a bounds-checked pointer in checked mode).
 #define SL_GLOBAL(T) T* __restrict__
+// A kernel's signature under a target whose profile caps registers per thread below what its block size
+// allows (codegen/register_cap.py): __maxnreg__ from CUDA 12.4, else the minimum of resident blocks that
+// leaves at most n registers per thread (which may round the cap down).
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4)
+#define SL_MAX_REGISTERS(threads, n) __maxnreg__(n)
+#else
+#define SL_MAX_REGISTERS(threads, n) __launch_bounds__(threads, (65536 + (threads) * (n) - 1) / ((threads) * (n)))
+#endif
 // A static shared array inside a kernel body.
 #define SL_SHARED(T, name, n) __shared__ __align__(16) T name[n]
 // The dynamic shared memory of the launch, as bytes; carve typed views with SL_SHARED_VIEW.

@@ -11,6 +11,7 @@ from schedlib.codegen.identifiers import distinct_loop_names
 from schedlib.codegen.kernel_spec import KernelSpec
 from schedlib.codegen.kernel_writer import KernelWriter
 from schedlib.codegen.layout import check_index_range
+from schedlib.codegen.register_cap import cap_registers
 from schedlib.codegen.tensor_core import TensorCoreWriter, is_tensor_core_root
 from schedlib.codegen.tma import WgmmaTmaWriter, uses_tma
 from schedlib.codegen.warp_specialized import WgmmaProducerWarpWriter, uses_producer_warp
@@ -45,8 +46,10 @@ def hopper_prelude() -> str:
     return resources.files("schedlib.codegen").joinpath("cuda_wgmma.cuh").read_text()
 
 
-def generate(func: Func) -> CudaModule:
-    """Generate CUDA C for ``func`` (scheduled or not; unbound funcs run in a single thread)."""
+def generate(func: Func, max_registers: int | None = None) -> CudaModule:
+    """Generate CUDA C for ``func`` (scheduled or not; unbound funcs run in a single thread).  With
+    ``max_registers`` (the target profile's ``max_registers_per_thread``) each kernel is compiled under that cap
+    where its block size would allow more (:mod:`schedlib.codegen.register_cap`)."""
     if not isinstance(func, Func):
         raise BuildError(f"generate needs a Func, got {type(func).__name__}")
     check_index_range(func)
@@ -66,7 +69,7 @@ def generate(func: Func) -> CudaModule:
             hopper = hopper or uses_wgmma(root)
             writer = _tensor_core_writer(root)
         text, spec = writer(func, root, names).write()
-        texts.append(text)
+        texts.append(cap_registers(text, spec, max_registers))
         specs.append(spec)
     # The floor-division helpers only where a kernel uses them (nvcc warns about unused ones).
     helpers = HELPERS.splitlines() if any("sl_floor" in t for t in texts) else []

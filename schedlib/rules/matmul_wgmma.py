@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from schedlib.codegen.warp_specialized import register_split
 from schedlib.hw import HardwareProfile
 from schedlib.rules import matmul_tc as tc
 from schedlib.rules.analysis import const_or
@@ -68,8 +69,22 @@ def shared_bytes(c: Config, in_bytes: int) -> int:
 
 
 def registers(c: Config) -> int:
-    """The accumulators of one 64 x N wgmma (N / 2 per thread) and overhead."""
-    return 2 * c["thread_n"] + (TMA_REGISTER_OVERHEAD if c["tensor_core"] in TMA_FED else REGISTER_OVERHEAD)
+    """The accumulators of one 64 x N wgmma (N / 2 per thread) and overhead.  A producer warp that hands its
+    registers to the accumulator warps (``setmaxnreg``) needs the block compiled for the register file's whole
+    share per thread, and ptxas allots every thread that count whatever the accumulators need (168 at 384
+    threads, where the estimate alone said 64): that count is what limits residency."""
+    own = 2 * c["thread_n"] + (TMA_REGISTER_OVERHEAD if c["tensor_core"] in TMA_FED else REGISTER_OVERHEAD)
+    split = producer_split(c)
+    return max(own, split[0]) if split else own
+
+
+def producer_split(c: Config) -> tuple[int, int] | None:
+    """(registers per thread at entry, the accumulator threads' count after setmaxnreg) of a producer-warp
+    config whose kernel hands registers over (:func:`schedlib.codegen.warp_specialized.register_split`), else
+    None."""
+    if c["tensor_core"] != PRODUCER_TEMPLATE or 4 * c["thread_n"] > c["block_n"] or c["block_m"] < 16:
+        return None
+    return register_split((c["block_m"] // 16) * (c["block_n"] // (4 * c["thread_n"])) * 32)
 
 
 def exclusive_reason(c: Config) -> str | None:
@@ -107,6 +122,10 @@ def check(c: Config, facts: Any, target: HardwareProfile) -> str | None:
     limit = target.max_shared_per_block(opt_in=True)
     if smem > limit:
         return f"{c['stages']} stages need {smem} bytes of shared memory, more than the opt-in {limit}"
+    split = producer_split(c)
+    if split and split[1] > target.max_registers_per_thread:  # setmaxnreg's counts are fixed in the kernel
+        return (f"the producer warp hands the accumulator warps {split[1]} registers per thread (setmaxnreg), more "
+                f"than max_registers_per_thread={target.max_registers_per_thread}")
     return tc.fit_reason(c, facts, target, threads, registers(c))
 
 

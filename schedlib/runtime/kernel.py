@@ -268,7 +268,8 @@ def build(schedule: Any, target: Any = "h100") -> Kernel:
     if not isinstance(func, Func):
         raise BuildError(f"build needs a Schedule or Func, got {type(schedule).__name__}")
     arch, profile = _arch(target)
-    module = generate(func)
+    # the profile's register cap reaches ptxas, not only the rules' estimates (a custom profile may set 64)
+    module = generate(func, profile.max_registers_per_thread if profile is not None else None)
     _check_arch(module, arch, profile)
     _check_block_limits(module, profile)
     declared = getattr(schedule, "original", None)

@@ -72,5 +72,6 @@
 #define __constant__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
+#define SL_MAX_REGISTERS(...)  // the prelude's register cap (codegen/register_cap.py): nothing to cap here
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static thread_local
