@@ -206,7 +206,9 @@ def test_carver_ranks_wgmma_on_hopper_and_its_top10_runs(rng: np.random.Generato
     sm_90a within the profile and matches numpy on the emulator at a size where all ten are legal."""
     f = wl.matmul(4096, 4096, 4096, "float16")
     df = sl.carver.carve(f, "h100", topk=10)
-    assert set(df["tensor_core"]) == {"wgmma_tma", "wgmma_ws"}
+    # the two feeds tie; ties go to fewer registers, and the producer warp's 384-thread block is compiled for
+    # 168 per thread (setmaxnreg hands them on), so the single-role kernel (160) takes them
+    assert set(df["tensor_core"]) <= {"wgmma_tma", "wgmma_ws"}
     assert df.attrs["method"] == "grow"  # 403k points: past the limit
     for config, time in zip(df["config"], df["est_time_us"]):
         single_role = sl.carver.estimate(f, "h100", {**config, "tensor_core": "wgmma_tma"})["est_time_us"]
@@ -217,8 +219,9 @@ def test_carver_ranks_wgmma_on_hopper_and_its_top10_runs(rng: np.random.Generato
     assert (df["compute_unit"] == "tensor core float16").all() and (df["peak_flops"] == 989.4e12).all()
     small = wl.matmul(520, 264, 256, "float16", epilogue="bias_relu")  # 5 x 2 blocks of 128 x 256, partial edges
     space = MATMUL.space(small, H100)
-    assert all(space.is_legal(c) for c in df["config"])
-    configs = list(df["config"])
+    configs = [*df["config"], *({**c, "tensor_core": feed} for c in df["config"] for feed in ("wgmma_tma", "wgmma_ws")
+                                if c["tensor_core"] != feed)]  # each of the ten in both feeds
+    assert all(space.is_legal(c) for c in configs)
     by_pair: dict[tuple, dict] = {}  # one config per (block_k, feed); the rarest raster groups placed first
     for raster in sorted({c["raster"] for c in configs}, key=lambda r: sum(c["raster"] == r for c in configs)):
         pick = next((c for c in configs if c["raster"] == raster and (c["block_k"], c["tensor_core"]) not in by_pair),
