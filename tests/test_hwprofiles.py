@@ -182,6 +182,8 @@ BROKEN = [
     ("negative value", _set("sm_count", -3), ["field 'sm_count' = -3: must be a positive integer"]),
     ("boolean is no integer", _set("max_blocks_per_sm", True), ["'max_blocks_per_sm' = True"]),
     ("out of range", _set("l2_bytes", 52428800 * 4096), ["'l2_bytes' = 214748364800", "between"]),
+    ("registers per thread past the ISA's 255", _set("max_registers_per_thread", 300),
+     ["'max_registers_per_thread' = 300", "between 16 and 255"]),
     ("unknown field", _set("sm_cont", 132), ["'sm_cont' = 132", "unknown field", "did you mean 'sm_count'"]),
     ("per-block > per-SM", _set("shared_memory_per_block_optin", 300000),
      ["'shared_memory_per_block_optin' = 300000", "exceeds shared_memory_per_sm (233472)"]),
