@@ -92,3 +92,15 @@ def test_the_producer_warp_template_is_priced_at_the_registers_ptxas_allots() ->
     row = sl.carver.estimate(f, H100, WS_128x64)
     assert row["registers_per_thread"] == 168
     assert row["blocks_per_sm"] == 1
+
+
+def test_the_simt_default_shrinks_its_thread_tile_to_fit_the_cap(tmp_path: Path) -> None:
+    """Regression: under a cap of 64 the 8x8 thread tile (about 120 registers) was refused and the default fell
+    to the space's first legal point, a 16x16 block at 1x2 per thread: 252 us estimated for 1024^3 fp32
+    against 69 us for the carver's best."""
+    capped = capped_h100(tmp_path, 64)
+    f = sl.workloads.matmul(1024, 1024, 1024)
+    config = MATMUL.default_config(f, capped)
+    assert (config["block_m"], config["block_n"], config["thread_m"], config["thread_n"]) == (64, 64, 4, 4)
+    best = sl.carver.carve(f, capped, topk=1)["est_time_us"][0]
+    assert sl.carver.estimate(f, capped, config)["est_time_us"] < 1.1 * best
