@@ -190,7 +190,8 @@ class MatmulRule(Rule):
                                                        split_max)
                 if split_wins and short:
                     continue  # this K splits too little on tensor cores (say K = 8000: whole k steps of 64)
-            for candidate in (config, {**config, "raster": 1}):
+            # then smaller warp tiles: a profile's register cap (max_registers_per_thread) may refuse the sized one
+            for candidate in (config, {**config, "raster": 1}, *tc.smaller_warp_tiles(config)):
                 if space.is_legal(candidate):
                     return candidate
         if template not in (None, False):  # that template's sizing did not fit: its first legal point

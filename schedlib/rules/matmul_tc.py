@@ -168,6 +168,26 @@ def default(facts: Any, target: HardwareProfile, tile: tuple[int, int]) -> Confi
     return config
 
 
+def smaller_warp_tiles(c: Config) -> list[Config]:
+    """``c`` with ever smaller warp tiles (the longer side halved first; wgmma keeps its 16 rows), each with
+    its raster group and with none: for a profile whose register cap refuses the sized tile.  Under a cap of
+    64 the 64x64 warp tile (about 180 registers) was refused and the default fell to SIMT, 8x slower in the
+    model (a100, fp16 1024^3); a 16x32 warp tile fits."""
+    out: list[Config] = []
+    tm, tn = c["thread_m"], c["thread_n"]
+    wgmma = isinstance(c["tensor_core"], str)
+    low_m, low_n = (tm if wgmma else THREAD_M[0]), (4 if wgmma else THREAD_N[0])  # wgmma N >= 16: thread_n 4
+    while tm > low_m or tn > low_n:
+        # compare the warp tile's sides (8 * thread_m rows by 4 * thread_n columns)
+        if tm > low_m and (8 * tm >= 4 * tn or tn == low_n):
+            tm //= 2
+        else:
+            tn //= 2
+        shrunk = {**c, "thread_m": tm, "thread_n": tn}
+        out += [shrunk, {**shrunk, "raster": 1}]
+    return out
+
+
 def raster_for(c: Config, facts: Any, target: HardwareProfile, blocks_per_sm: int) -> int:
     """The raster group whose first wave of resident blocks touches the fewest A and B tiles."""
     rows = -(-const_or(facts.extents[facts.m], 4096) // c["block_m"])
