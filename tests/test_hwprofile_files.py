@@ -205,3 +205,17 @@ def test_the_carver_follows_a_profile_directory_added_later(user_dir: Path,
     (user_dir / "h100.yaml").write_text(H100_TEXT.replace("dram: 3350", "dram: 335"))
     monkeypatch.setenv("SCHEDLIB_HWPROFILE_PATH", str(user_dir))
     assert sl.carver.estimate(f, "h100", config)["t_dram_us"] == pytest.approx(10 * before)
+
+
+def test_a_copied_profile_that_kept_the_aliases_is_named_when_it_takes_a_gpu_name(user_dir: Path) -> None:
+    """Regression: a user's h100r64.yaml (the shipped h100 with a lower register cap, aliases kept) silently took
+    lookups of the GPU's name and ``detect()`` on a real H100; now a ProfileWarning names both files."""
+    from test_hwprofile_detect import H100_PROPS
+
+    (user_dir / "h100r64.yaml").write_text(profile_text("h100r64"))
+    for find in (lambda: hw.load(H100_NAME), lambda: hw.detect(properties=H100_PROPS)):
+        with pytest.warns(ProfileWarning, match=r"2 hardware profiles answer to .*h100r64\.yaml.*h100\.yaml"):
+            assert find().key == "h100r64"  # the search order still decides, as documented
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert hw.load("h100").key == "h100"  # by key: no ambiguity

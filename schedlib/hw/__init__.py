@@ -108,7 +108,9 @@ def all_profiles() -> builtins.list[HardwareProfile]:
 
 def _find_alias(wanted: str, files: dict[str, Path]) -> Path | None:
     """The file whose name or an alias normalizes to ``wanted``; a light parse, so an unreadable file
-    is skipped with a warning while a matching but invalid one is returned to report its error."""
+    is skipped with a warning while a matching but invalid one is returned to report its error.  Where
+    several answer to it, the first in search order, with a :class:`ProfileWarning` naming them all."""
+    found = []
     for file in files.values():
         try:
             raw = parse_file(file)
@@ -119,8 +121,18 @@ def _find_alias(wanted: str, files: dict[str, Path]) -> Path | None:
             aliases = raw.get("aliases")
             names = [raw.get("name"), *(aliases if isinstance(aliases, builtins.list) else [])]
             if any(isinstance(n, str) and normalize_name(n) == wanted for n in names):
-                return file
-    return None
+                found.append(file)
+    if len(found) > 1:
+        ambiguous(wanted, [str(f) for f in found])
+    return found[0] if found else None
+
+
+def ambiguous(name: str, origins: builtins.list[str]) -> None:
+    """Warn that several profiles answer to ``name``: a profile copied from a shipped one keeps its aliases,
+    and would otherwise take the shipped one's name (and ``detect()``'s match for that GPU) without a word."""
+    warnings.warn(f"{len(origins)} hardware profiles answer to {name!r}: {', '.join(origins)}; using the first "
+                  f"(search order).  Remove the name from the 'name'/'aliases' of the others (a copied profile "
+                  f"keeps its original's aliases) to make the choice explicit", ProfileWarning, stacklevel=4)
 
 
 def load(name_or_path: str | os.PathLike[str]) -> HardwareProfile:

@@ -166,14 +166,14 @@ def _prop(props: Mapping[str, Any], key: str, label: str) -> Any:
 
 def _match(name: str, cc: str) -> HardwareProfile | None:
     """The profile whose key, name or an alias equals the device name and whose capability agrees."""
-    from schedlib.hw import all_profiles  # the package imports this module, so import at call time
+    from schedlib.hw import all_profiles, ambiguous  # the package imports this module, so import at call time
 
     wanted = normalize_name(name)
-    for profile in all_profiles():
-        names = (profile.key, profile.name, *profile.aliases)
-        if profile.compute_capability == cc and any(normalize_name(n) == wanted for n in names):
-            return profile
-    return None
+    found = [p for p in all_profiles() if p.compute_capability == cc
+             and any(normalize_name(n) == wanted for n in (p.key, p.name, *p.aliases))]
+    if len(found) > 1:  # a user's copy of a shipped profile, say, that kept its aliases: say which one is used
+        ambiguous(name, [p.origin or p.key for p in found])
+    return found[0] if found else None
 
 
 _BRANDS = frozenset({"nvidia", "tesla"})
