@@ -39,8 +39,9 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "max_warps_per_sm": (1, 256),
     "registers_per_sm": (1024, 1 << 20),
     # 255 on every CUDA architecture since Kepler: ptxas cannot allot more, so a larger value would let the rules
-    # pick configs that can only spill, and would be no cap at all (codegen.register_cap)
-    "max_registers_per_thread": (16, 255),
+    # pick configs that can only spill, and would be no cap at all (codegen.register_cap); and ptxas raises a cap
+    # below 24 to 24 ("adjusting per thread register count of 16 to lower bound of 24"), so less is no cap either
+    "max_registers_per_thread": (24, 255),
     "register_alloc_unit": (1, 4096),
     "shared_memory_per_block": (1024, 1 << 24),
     "shared_memory_per_block_optin": (1024, 1 << 24),
