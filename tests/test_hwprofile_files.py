@@ -219,3 +219,14 @@ def test_a_copied_profile_that_kept_the_aliases_is_named_when_it_takes_a_gpu_nam
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert hw.load("h100").key == "h100"  # by key: no ambiguity
+
+
+def test_a_shipped_profiles_file_name_says_to_load_it_by_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load("h100.yaml")`` reads ./h100.yaml; where there is none, the error says how to name the shipped one."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProfileError, match=r"h100\.yaml: no such file in the working directory; .*load\('h100'\)"):
+        hw.load("h100.yaml")
+    with pytest.raises(ProfileError, match="no such hardware profile file"):
+        hw.load("nonesuch.yaml")  # not a profile's name either: the plain error
+    (tmp_path / "h100.yaml").write_text(profile_text("h100").replace("clock_mhz: 1980", "clock_mhz: 1700"))
+    assert hw.load("h100.yaml").clock_mhz == 1700  # a file that is there is read, as before

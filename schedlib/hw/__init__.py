@@ -149,7 +149,15 @@ def load(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
         )
     looks_like_path = Path(text).suffix.lower() in SUFFIXES or "/" in text or os.sep in text
     if not isinstance(name_or_path, str) or looks_like_path:
-        return load_file(text)
+        try:
+            return load_file(text)
+        except ProfileError:
+            # a bare "h100.yaml" is read relative to the working directory; say how to name the shipped one
+            stem = Path(text).stem.lower()
+            if Path(text).name == text and not Path(text).exists() and stem in _profile_files():
+                raise ProfileError(f"{text}: no such file in the working directory; the profile {stem!r} on the "
+                                   f"search path is loaded by its key: load({stem!r})") from None
+            raise
     files = _profile_files()
     wanted = normalize_name(text)
     match = files.get(wanted) or _find_alias(wanted, files)
