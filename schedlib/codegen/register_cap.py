@@ -16,16 +16,9 @@ import re
 
 from schedlib.codegen.kernel_spec import KernelSpec
 from schedlib.errors import BuildError
+from schedlib.hw.registers import block_limit
 
-HARDWARE_MAX = 255  # registers per thread on every CUDA architecture since Kepler
-REGISTER_FILE = 65536  # 32-bit registers per SM, which a block of ``__launch_bounds__(threads)`` may fill
 _SETMAXNREG = re.compile(r"sl_setmaxnreg_(?:inc|dec)<(\d+)>")
-
-
-def block_limit(threads: int) -> int:
-    """The most registers per thread ptxas gives a kernel compiled with ``__launch_bounds__(threads)``: the
-    register file shared out over the block in eights, at most 255."""
-    return min(HARDWARE_MAX, REGISTER_FILE // max(threads, 1) // 8 * 8)
 
 
 def cap_registers(text: str, spec: KernelSpec, cap: int | None) -> str:

@@ -31,32 +31,11 @@ released), so at least two stages are required.
 from __future__ import annotations
 
 from schedlib.codegen.tma import WgmmaTmaWriter
+from schedlib.hw.registers import PRODUCER_REGISTERS, PRODUCER_THREADS, producer_register_split
 from schedlib.ir.func import Block, Func
 
 PRODUCER = "warp"  # the root's ``producer`` annotation
-PRODUCER_THREADS = 128  # a whole warpgroup, so that the block is whole warpgroups; one lane of it works
-PRODUCER_REGISTERS = 40  # what the producer keeps after setmaxnreg.dec (its loop needs about 30; CUTLASS: 40)
-REGISTER_FILE = 65536  # 32-bit registers a block may hold on sm_90
 TILE_BARRIER = 1  # the named barrier of the accumulator warps (0 is __syncthreads')
-
-
-def register_cap(threads: int) -> int:
-    """The registers per thread ptxas gives a kernel of ``threads`` threads that uses setmaxnreg, compiled with
-    ``__launch_bounds__(threads, 1)``: the register file shared out in eights, at most 255.  (Without the
-    minimum of one block ptxas cannot tell the count at entry and drops setmaxnreg, warning C7508.)"""
-    return min(255, REGISTER_FILE // threads // 8 * 8)
-
-
-def register_split(consumers: int) -> tuple[int, int] | None:
-    """(the block's per-thread cap, the accumulator threads' count after setmaxnreg.inc), or None when that
-    count would be no more than the cap: the cap is already the most a thread can have (one accumulator
-    warpgroup), or the producer's returned registers come to fewer than 8 per accumulator thread (six
-    or more accumulator warpgroups).  They are shared out in eights.  (The emulator models the same pool:
-    sl_emu_wgmma.h.)"""
-    threads = consumers + PRODUCER_THREADS
-    cap = register_cap(threads)
-    grown = min(248, (cap * threads - PRODUCER_REGISTERS * PRODUCER_THREADS) // consumers // 8 * 8)
-    return (cap, grown) if grown > cap else None
 
 
 def uses_producer_warp(root: Block) -> bool:
@@ -84,7 +63,7 @@ class WgmmaProducerWarpWriter(WgmmaTmaWriter):
         """The producer's loop, then the accumulator warps' loop; their branch stays open for the epilogue."""
         s = self.plan.stages
         consumer_warps = self.warps_m * self.warps_n
-        split = register_split(32 * consumer_warps)
+        split = producer_register_split(32 * consumer_warps)
         self.open(f"if (sl_warp >= {consumer_warps})")  # the producer warpgroup
         if split:
             self.emit(f"sl_setmaxnreg_dec<{PRODUCER_REGISTERS}>();  // the block was given {split[0]} per thread")

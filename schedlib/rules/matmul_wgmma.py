@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedlib.codegen.warp_specialized import register_split
 from schedlib.hw import HardwareProfile
+from schedlib.hw.registers import PRODUCER_THREADS, producer_register_split
 from schedlib.rules import matmul_tc as tc
 from schedlib.rules.analysis import const_or
 from schedlib.rules.base import Config, Tiling
@@ -36,7 +36,6 @@ TMA_TEMPLATE = "wgmma_tma"  # the same kernel, operand tiles requested through t
 PRODUCER_TEMPLATE = "wgmma_ws"  # TMA requests from a producer warp (warp-specialized)
 TEMPLATES = (TMA_TEMPLATE, INSTRUCTION, PRODUCER_TEMPLATE)  # the knob values of this file, preferred first
 TMA_FED = (TMA_TEMPLATE, PRODUCER_TEMPLATE)
-PRODUCER_THREADS = 128  # the producer warpgroup, beside the accumulator warps
 MIN_CC = (9, 0)
 WARPGROUP_ROWS = 64
 N_VALUES = (16, 32, 64, 128, 256)  # wgmma N = warp tile width = 4 * thread_n
@@ -80,11 +79,11 @@ def registers(c: Config) -> int:
 
 def producer_split(c: Config) -> tuple[int, int] | None:
     """(registers per thread at entry, the accumulator threads' count after setmaxnreg) of a producer-warp
-    config whose kernel hands registers over (:func:`schedlib.codegen.warp_specialized.register_split`), else
+    config whose kernel hands registers over (:func:`schedlib.hw.registers.producer_register_split`), else
     None."""
     if c["tensor_core"] != PRODUCER_TEMPLATE or 4 * c["thread_n"] > c["block_n"] or c["block_m"] < 16:
         return None
-    return register_split((c["block_m"] // 16) * (c["block_n"] // (4 * c["thread_n"])) * 32)
+    return producer_register_split((c["block_m"] // 16) * (c["block_n"] // (4 * c["thread_n"])) * 32)
 
 
 def exclusive_reason(c: Config) -> str | None:

@@ -12,9 +12,10 @@ import pytest
 
 import schedlib as sl
 from schedlib.codegen import PRELUDE_END, KernelSpec
-from schedlib.codegen.register_cap import block_limit, cap_registers
+from schedlib.codegen.register_cap import cap_registers
 from schedlib.errors import BuildError, ScheduleError
 from schedlib.hw import HardwareProfile
+from schedlib.hw.registers import block_limit
 from schedlib.ir.expr import Const
 from schedlib.rules import get_rule
 from schedlib.runtime.nvcc import find_nvcc, nvrtc_available

@@ -21,7 +21,7 @@ from kernel_batch import compile_together
 import schedlib as sl
 import schedlib.hw
 from schedlib import workloads as wl
-from schedlib.codegen.warp_specialized import register_cap
+from schedlib.hw.registers import block_limit as register_cap
 from schedlib.ir.dtype import is_float, numpy_dtype, round_to_dtype
 from schedlib.ir.func import Func
 from schedlib.ir.reference import evaluate_int

@@ -16,8 +16,8 @@ import schedlib as sl
 import schedlib.hw
 import schedlib.rules as rules
 from schedlib import workloads as wl
-from schedlib.codegen.warp_specialized import register_split
 from schedlib.errors import BuildError
+from schedlib.hw.registers import producer_register_split as register_split
 from schedlib.runtime.emulator import KernelLaunch, emulate
 
 from .helpers import MatmulCase as Case
