@@ -27,9 +27,16 @@ _KEYWORDS = frozenset("""
 # parameter or variable of the same name would shadow.
 _CUDA_NAMES = frozenset("""
     threadIdx blockIdx blockDim gridDim warpSize dim3 half half2 nv_bfloat16 nv_bfloat162
-    float2 float4 int2 int4 uint4 char4
     expf logf sqrtf rsqrtf tanhf erff fabsf fminf fmaxf abs min max
 """.split())
+
+# CUDA's vector types and their make_* constructors, all of them: the generated code and its macros spell
+# several (SL_VLOAD casts through uint2/uint4, the emulator's threadIdx is a uint3, copies build make_uint4),
+# and which ones varies with the schedule, so a buffer named uint2 compiled for one config and not another.
+_VECTOR_BASES = ("char", "uchar", "short", "ushort", "int", "uint", "long", "ulong", "longlong", "ulonglong",
+                 "float", "double")
+_VECTOR_TYPES = frozenset(f"{base}{n}" for base in _VECTOR_BASES for n in range(1, 5))
+_CUDA_NAMES = _CUDA_NAMES | _VECTOR_TYPES | {f"make_{t}" for t in _VECTOR_TYPES}
 
 # Prefixes of the helpers and macros schedlib emits (``sl_floordiv``, ``SL_VLOAD``, ...).
 _RESERVED_PREFIXES = ("sl_",)

@@ -73,6 +73,12 @@ BAD_NAMES: list[tuple[str, Callable[[], Any], str]] = [
     ("compute-axis-name", lambda: sl.compute((4,), lambda float: float * 2, "Z"),
      "compute Z: fcompute parameter='float' is a C/C++/CUDA keyword"),
     ("reduce-axis-name", lambda: sl.reduce_axis(4, "warpSize"), "reduce_axis: name='warpSize'"),
+    # CUDA vector types the generated code or the emulator spells (SL_VLOAD's uint2, the emulator's threadIdx
+    # is a uint3, make_uint4): a buffer of that name failed to compile, for some configs only
+    ("placeholder-vector-type", lambda: sl.placeholder((4,), "float32", "uint2"), "name='uint2' is a name CUDA"),
+    ("placeholder-thread-index-type", lambda: sl.placeholder((4,), "float32", "uint3"), "name='uint3'"),
+    ("placeholder-vector-maker", lambda: sl.placeholder((4,), "float32", "make_uint4"), "name='make_uint4'"),
+    ("var-vector-type", lambda: sl.var("ulonglong2"), "var: name='ulonglong2' is a name CUDA"),
     ("func-name", lambda: sl.func([sl.placeholder((4,), "float32", "A"), _stage("B")], "my func"),
      "sl.func: name='my func' must be an identifier"),
 ]
