@@ -43,7 +43,9 @@ class FragmentEpilogue:
 
         def accumulator(e: Expr) -> Expr:  # the accumulator load becomes the register element
             if isinstance(e, Load) and e.buffer == p.main.store:
-                return Var(ACC)
+                # typed as the load it replaces: a bare Var is int32, and rebuilding tanh(C[i, j]) or
+                # exp(C[i, j]) around an int32 operand was refused ("tanh() needs a floating-point argument")
+                return Var(ACC, e.dtype)
             return map_children(e, accumulator)
 
         out = self.func.buffer(wb.store)

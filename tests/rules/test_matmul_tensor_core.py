@@ -216,3 +216,32 @@ def test_operand_copies_are_guarded_only_where_a_tile_reaches_past_the_operand()
     assert "if (sl_gc < 40) sl_cp_async_16(&A_shared" in ragged
     assert "if (sl_gr < 40) sl_cp_async_16(&B_shared" in ragged
     assert ragged.count("make_uint4(0u, 0u, 0u, 0u)") == 2
+
+
+def _matmul_then(activation: Callable[[Any], Any]) -> Func:
+    """fp16 64^3 with ``activation`` applied straight to the fp32 accumulator in the write-back stage."""
+    A = sl.placeholder((64, 64), "float16", "A")
+    B = sl.placeholder((64, 64), "float16", "B")
+    k = sl.reduce_axis(64, "k")
+    C = sl.compute((64, 64), lambda i, j: sl.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k), "C")
+    Y = sl.compute((64, 64), lambda i, j: activation(C[i, j]).astype("float16"), "Y")
+    return sl.func([A, B, Y], "mm_act")
+
+
+@pytest.mark.parametrize("activation", [sl.tanh, sl.exp, sl.sigmoid], ids=["tanh", "exp", "sigmoid"])
+def test_a_math_call_on_the_accumulator_builds_in_every_tensor_core_template(activation: Callable[[Any], Any],
+                                                                           toolchain: None) -> None:
+    # Regression: the fragment epilogue stood the accumulator in as an untyped (int32) variable, so rebuilding
+    # tanh(C[i, j]) around it raised "tanh() needs a floating-point argument" and even the Hopper default of a
+    # user's matmul + tanh failed to build.
+    g = _matmul_then(activation)
+    space = sl.carver.carve(g, "h100", topk=None, method="exhaustive")["config"]
+    kernels = [sl.build(sl.rules.apply_default(g, "h100"), "h100")]
+    for template in (True, "wgmma", "wgmma_tma", "wgmma_ws"):
+        config = next(c for c in space if c["tensor_core"] == template and type(c["tensor_core"]) is type(template))
+        kernels.append(sl.build(MATMUL.apply(g, "h100", config), "h100"))
+    # inputs scaled so that the accumulator stays near 1 and exp's results well inside fp16
+    inputs = {name: (x * 0.25).astype(np.float16) for name, x in random_inputs(g, np.random.default_rng(0)).items()}
+    expected = sl.run_reference(g, inputs)
+    for kernel, outputs in zip(kernels, run_together(kernels, inputs, bounds_check=True)):
+        compare(g, expected, outputs["Y"], f"{activation.__name__} {kernel.launch[0].name}")
