@@ -25,6 +25,7 @@ from schedlib.errors import ExecutionError, ShapeError
 from schedlib.ir.dtype import is_float, numpy_dtype, round_to_dtype
 from schedlib.ir.expr import Binary, Call, Cast, Const, Expr, Load, Select, Var
 from schedlib.ir.func import Block, Func
+from schedlib.ir.shape_solve import solve_dim
 
 CHUNK = 1 << 20  # iteration points evaluated at once
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -58,6 +59,7 @@ def bind_symbols(func: Func, inputs: Mapping[str, Any]) -> dict[str, int]:
                 if env.setdefault(dim.name, size) != size:
                     raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, but {dim.name}="
                                      f"{env[dim.name]} from an earlier input")
+    _solve_compound_dims(func, inputs, env)
     for s in func.symbols:
         if s not in env:
             raise ShapeError(f"{func.name}: dimension {s} cannot be inferred from the input shapes")
@@ -70,6 +72,26 @@ def bind_symbols(func: Func, inputs: Mapping[str, Any]) -> dict[str, int]:
                 how = "" if isinstance(dim, Const) else f" ({dim})"
                 raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, expected {expect}{how}")
     return env
+
+
+def _solve_compound_dims(func: Func, inputs: Mapping[str, Any], env: dict[str, int]) -> None:
+    """Bind the symbols that only appear in affine dimensions (``N + 1``, ``2 * N``), one at a time, until none
+    is left that one input dimension determines; ``bind_symbols`` checks every dimension afterwards."""
+    progress = True
+    while progress and any(s not in env for s in func.symbols):
+        progress = False
+        for name in func.inputs:
+            arr = inputs[name]
+            for d, (dim, size) in enumerate(zip(func.buffer(name).shape, getattr(arr, "shape", None) or np.shape(arr))):
+                solved = None if isinstance(dim, (Var, Const)) else solve_dim(dim, int(size), env)
+                if solved is None:
+                    continue
+                symbol, value = solved
+                if value.denominator != 1 or value < 0:
+                    raise ShapeError(f"{func.name}: input {name} dim {d} is {size}, which no {symbol} >= 0 "
+                                     f"gives for {dim}")
+                env[symbol] = int(value)
+                progress = True
 
 
 def check_reductions_nonempty(func: Func, env: Mapping[str, int]) -> None:

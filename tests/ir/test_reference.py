@@ -245,13 +245,33 @@ def test_good_inputs_bind_symbols() -> None:
     assert out.shape == (3, 4) and not out.any()
 
 
-def test_symbol_only_in_a_compound_dim_is_a_shape_error() -> None:
-    # Regression: evaluating the expected size 2 * n with n unbound raised ExecutionError, not ShapeError.
+def test_symbol_only_in_a_non_affine_dim_is_a_shape_error() -> None:
+    # Regression: evaluating the expected size with n unbound raised ExecutionError, not ShapeError.  n // 2
+    # of size 4 is n = 8 or 9: not inverted, refused with the reason.
     n = sl.var("n")
-    A = sl.placeholder((n * 2,), "float32", "A")
-    B = sl.compute((n * 2,), lambda i: A[i] + 1.0, "B")
+    A = sl.placeholder((n // 2,), "float32", "A")
+    B = sl.compute((n // 2,), lambda i: A[i] + 1.0, "B")
     with pytest.raises(sl.ShapeError, match="dimension n cannot be inferred"):
         sl.run_reference(sl.func([A, B]), {"A": np.zeros(4, np.float32)})
+
+
+def test_symbol_only_in_affine_dims_is_solved_from_them() -> None:
+    # Regression: an input of N + 1 entries (a CSR row pointer, the points of N intervals) or 2 * N values
+    # built, then every call was refused: "dimension N cannot be inferred from the input shapes".
+    n = sl.var("N")
+    P = sl.placeholder((n + 1,), "float32", "P")
+    Z = sl.placeholder((2 * n + 1,), "float32", "Z")
+    D = sl.compute((n,), lambda i: P[i + 1] - P[i] + Z[2 * i + 1], "D")
+    f = sl.func([P, Z, D])
+    p = np.arange(8, dtype=np.float32) ** 2
+    z = np.arange(15, dtype=np.float32)
+    np.testing.assert_array_equal(sl.run_reference(f, {"P": p, "Z": z})["D"], np.diff(p) + z[1::2])
+    # a size no N gives, and two inputs that disagree, are refused with the dimension
+    odd = sl.func([Z, sl.compute((n,), lambda i: Z[2 * i], "E")])
+    with pytest.raises(sl.ShapeError, match=r"input Z dim 0 is 14, which no N >= 0 gives for 2 \* N \+ 1"):
+        sl.run_reference(odd, {"Z": np.zeros(14, np.float32)})
+    with pytest.raises(sl.ShapeError, match=r"input Z dim 0 is 13, expected 15 \(2 \* N \+ 1\)"):
+        sl.run_reference(f, {"P": p, "Z": np.zeros(13, np.float32)})
 
 
 def test_bfloat16_inputs_may_be_float32_arrays() -> None:

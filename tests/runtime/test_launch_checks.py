@@ -200,3 +200,15 @@ def test_an_empty_two_stage_reduction_names_the_users_axis() -> None:
     with pytest.raises(ShapeError, match=r"block Y reduces over axis i of extent n = 0 .*\(n=0\)"):
         kernel.run_cpu(np.zeros((0,), np.float32))
     assert kernel.run_cpu(np.ones((5000,), np.float32)) == 5000.0
+
+
+@needs_gxx
+def test_a_symbol_only_in_an_affine_input_dim_binds_on_the_emulator(rng: np.random.Generator) -> None:
+    # Regression: a func whose symbol appears only as N + 1 built, and every run_cpu was refused ("dimension N
+    # cannot be inferred"); the kernel gets N = 37 from the 38-entry input.
+    n = sl.var("N")
+    p = sl.placeholder((n + 1,), "float32", "P")
+    d = sl.compute((n,), lambda i: p[i + 1] - p[i], "D")
+    kernel = _kernel(sl.func([p, d], "diff"))
+    x = rng.standard_normal(38).astype(np.float32)
+    np.testing.assert_array_equal(kernel.run_cpu(x, bounds_check=True), np.diff(x))
