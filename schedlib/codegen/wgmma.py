@@ -252,6 +252,8 @@ class WgmmaWriter(TensorCoreWriter):
         """Output elements per 16-byte chunk when the tile can be written out in chunks (None: it cannot)."""
         p = self.plan
         out = self.func.buffer(p.writeback.store)
+        if BYTES[out.dtype] > 4:  # staging_bytes holds a tile of at most 4-byte elements (an int64 ran past it)
+            return None
         chunk = 16 // BYTES[out.dtype]
         col = next((w for w, m in p.wb_axes.items() if m == p.n), None)
         last = as_int(out.shape[-1])
@@ -266,7 +268,9 @@ class WgmmaWriter(TensorCoreWriter):
         ld = bn + stage_row_pad(BYTES[out.dtype]) // BYTES[out.dtype]
         om, on = self._origin(p.m), self._origin(p.n)
         self._epilogue_barrier(consumers, "every warpgroup's wgmmas are done: the ring now stages the output tile")
-        if self.ragged(p.n):  # a pair may straddle the last column: element by element
+        # element by element where a pair may straddle the last column, or where the element size has no 4- or
+        # 8-byte pair store (an int8 or bool output)
+        if self.ragged(p.n) or BYTES[out.dtype] not in (2, 4):
             self._epilogue(lambda value: f"sl_out_s[(sl_row - {om}) * {ld} + (sl_col - {on})] = {value};")
         else:
             self._paired_epilogue("sl_out_s", f"(sl_row - {om}) * {ld} + (sl_col - {on})")

@@ -264,3 +264,26 @@ def test_the_default_keeps_its_wgmmas_asynchronous(cuda_compiler: None) -> None:
     touch = "    sl_wgmma_commit();\n    sl_acc[0][1][1] += 1.0f;\n    sl_wgmma_wait<1>();"
     touched = kernel.source.replace(commit, touch)
     assert "warpgroup.wait is injected" in compile_check(touched, "sm_90a").log
+
+
+@pytest.mark.parametrize("out_dtype", ["int8", "bool", "int64"])
+def test_a_one_or_eight_byte_output_is_staged_element_by_element(out_dtype: str, toolchain: None) -> None:
+    # Regression: the staged output tile of every wgmma template stored neighbouring columns as 4/8-byte pairs
+    # and had no pair type for a 1-byte (int8, bool) or 8-byte (int64) output: KeyError 1 from the code
+    # generator, for the Hopper default of an fp16 matmul whose result is quantised or compared.
+    A = sl.placeholder((64, 64), "float16", "A")
+    B = sl.placeholder((64, 64), "float16", "B")
+    k = sl.reduce_axis(64, "k")
+    C = sl.compute((64, 64), lambda i, j: sl.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k), "C")
+    out = {"int8": lambda c: sl.minimum(sl.maximum(c * 20.0, -127.0), 127.0).astype("int8"),
+           "bool": lambda c: c > 0.0, "int64": lambda c: (c * 1000.0).astype("int64")}[out_dtype]
+    f = sl.func([A, B, sl.compute((64, 64), lambda i, j: out(C[i, j]), "Y")], "mm_q")
+    default = MATMUL.default_config(f, H100)
+    assert default["tensor_core"] == "wgmma_tma"
+    kernels = [sl.build(MATMUL.apply(f, "h100", {**default, "tensor_core": t, "block_k": 32, "stages": 2}), "h100")
+               for t in ("wgmma", "wgmma_tma", "wgmma_ws")]  # 2 stages of 32: wgmma_ws needs 2
+    rng = np.random.default_rng(0)
+    inputs = {n: (rng.integers(-4, 5, (64, 64)) / 8).astype(np.float16) for n in ("A", "B")}  # exact sums
+    expected = sl.run_reference(f, inputs)
+    for kernel, outputs in zip(kernels, run_together(kernels, inputs, bounds_check=True)):
+        np.testing.assert_array_equal(outputs["Y"], expected["Y"], err_msg=kernel.launch[0].name)
