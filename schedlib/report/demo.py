@@ -110,10 +110,11 @@ def verify(spec: WorkloadSpec, profile: HardwareProfile, limit: int, on_gpu: boo
 
 def run_demo(target: str = "auto", out: str | Path = "schedlib-report", *, trials: int = 12, limit: int = 64,
              topk: int = 5, echo: Callable[[str], None] = print) -> Path:
-    prepare_out_dir(out, (*REPORT_FILES, "verification.csv"))  # before minutes of work
     on_gpu = gpu_available()
     auto = is_auto(target)
     profile = detect() if (on_gpu and auto) else resolve("h100" if auto else target)
+    # after the target, so that an unknown one creates no folder; before minutes of work
+    prepare_out_dir(out, (*REPORT_FILES, "verification.csv"))
     echo(f"schedlib demo: target {profile.key} ({profile.name}); "
          + (f"GPU present: verifying on it at sizes <= {limit}, timing on it" if on_gpu else
             f"no GPU: verifying on the CPU emulator at sizes <= {limit}, timing with the carver model"))
@@ -128,8 +129,9 @@ def run_demo(target: str = "auto", out: str | Path = "schedlib-report", *, trial
     echo("comparing rule, carver and search" + (" against the vendor library" if on_gpu else ""))
     df = compare(specs, profile, trials=trials, topk=topk, backend="gpu" if on_gpu else "estimate",
                  progress=lambda text: echo(f"  {text}"))  # minutes on a GPU: one line per workload
-    paths = write_report(df, out, histories=df.attrs.get("histories"), title="schedlib demo")
-    (Path(out) / "verification.csv").write_text(checks.to_csv(index=False))
+    # in one step with the report: a run stopped while writing leaves the old verification beside the old report
+    paths = write_report(df, out, histories=df.attrs.get("histories"), title="schedlib demo",
+                         extra={"verification.csv": checks.to_csv(index=False)})
     echo("")
     echo("Verification (rules' schedules against numpy):")
     echo(checks.to_string(index=False))

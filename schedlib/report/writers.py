@@ -8,7 +8,8 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterable
+import secrets
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -171,20 +172,22 @@ STYLE = ("<style>body{font-family:sans-serif} table{border-collapse:collapse;fon
 
 
 def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, list[float]] | None = None,
-                 title: str = "schedlib comparison") -> dict[str, Path]:
+                 title: str = "schedlib comparison", extra: Mapping[str, str] | None = None) -> dict[str, Path]:
     """Write ``report.csv``, ``report.md`` and ``report.html`` under ``out_dir``; returns their paths.
     ``histories`` (workload -> best-so-far time per trial) draws the search's convergence; by default the
-    ones ``compare`` keeps in ``df.attrs["histories"]``."""
+    ones ``compare`` keeps in ``df.attrs["histories"]``.  ``extra`` (file name -> text) is written with them
+    (the demo's ``verification.csv``).  Every file is rendered first and then renamed into place, so a run
+    stopped meanwhile (Ctrl-C during the plots, a full disk) leaves the previous report whole rather than
+    a new CSV beside an old page, or a file cut short."""
     if not isinstance(df, pd.DataFrame) or "config" not in df.columns:
         raise TypeError(f"write_report needs the DataFrame sl.report.compare returns, got {type(df).__name__}"
                         + (f" with columns {list(df.columns)}" if isinstance(df, pd.DataFrame) else ""))
     out = prepare_out_dir(out_dir, REPORT_FILES)
     source = "measured on the GPU" if df.attrs.get("measured") else "estimated by the carver model (no GPU)"
     csv_path, md_path, html_path = out / "report.csv", out / "report.md", out / "report.html"
-    flat_configs(df).to_csv(csv_path, index=False)
+    csv_text = flat_configs(df).to_csv(index=False)
     md = [f"# {title}", "", f"Target: {df.attrs.get('target')}; times {source}; roofline from "
           f"{df.attrs.get('roofline')}.", "", markdown_table(df, SUMMARY), ""]
-    md_path.write_text("\n".join(md))
     bars = roofline_bars(df)
     conv = convergence_plot(histories if histories is not None else df.attrs.get("histories") or {})
     parts = [f"<h1>{html.escape(title)}</h1>", f"<p>Target {html.escape(str(df.attrs.get('target')))}; times "
@@ -198,6 +201,30 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, 
         parts.append(f"<figure><img alt='{html.escape(name)}' src='data:image/png;base64,{png}'/></figure>")
     if conv:
         parts.append(f"<h2>Search convergence</h2><img alt='convergence' src='data:image/png;base64,{conv}'/>")
-    html_path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(title)
-                         + "</title>" + STYLE + "</head><body>" + "\n".join(parts) + "</body></html>")
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(title) + "</title>" + STYLE
+            + "</head><body>" + "\n".join(parts) + "</body></html>")
+    texts = {csv_path: csv_text, md_path: "\n".join(md), html_path: page}
+    publish({**texts, **{out / name: text for name, text in (extra or {}).items()}})
     return {"csv": csv_path, "markdown": md_path, "html": html_path}
+
+
+def publish(files: Mapping[Path, str]) -> None:
+    """Write each text to a temporary file beside its path, then rename them all into place: a reader (or a
+    run stopped meanwhile) sees each file old or new and whole, and the renames leave a window of
+    microseconds, not the seconds the plots take.  The temporary files are gone afterwards, whatever
+    happens.  A path that is a symbolic link has its target replaced, as writing through it did."""
+    temps: dict[Path, Path] = {}
+    try:
+        for path, text in files.items():
+            final = path.resolve() if path.is_symlink() else path
+            tmp = final.with_name(f".{final.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+            temps[final] = tmp
+            # O_EXCL: never write through a name someone placed there; 0o666 under the umask, as open() does
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+        for final, tmp in temps.items():
+            os.replace(tmp, final)
+    finally:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
