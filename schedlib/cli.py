@@ -26,7 +26,8 @@ from schedlib import cli_args
 from schedlib.cli_args import UsageError
 from schedlib.cli_emulate import check_emulator_size as _check_emulator_size
 from schedlib.cli_emulate import emulation_note as _emulation_note
-from schedlib.cli_output import foreign_error, library_messages, lines, note
+from schedlib.cli_output import foreign_error, library_messages, lines, no_best, not_no_best, note
+from schedlib.cli_runs import CompileProgress, removed_if_stopped
 from schedlib.errors import SchedlibError
 from schedlib.hw import is_auto
 
@@ -189,13 +190,19 @@ def cmd_carve(args: argparse.Namespace) -> int:
     profile = _profile(args.target)
     resources = None
     if args.compiled:
+        from schedlib.cache import cache_dir
         from schedlib.carver.compiled import pool_size
         from schedlib.runtime.resources import compiled_resources
 
-        resources = compiled_resources(profile)
+        cache_dir("compile")  # an unusable cache is this one error, not a "did not compile" warning per config
+        resources = CompileProgress(compiled_resources(profile), pool_size(args.topk))
         print(f"compiling the model's best {pool_size(args.topk)} configs for {profile.arch} (the next ones in place "
               "of any that fail) ...", file=sys.stderr, flush=True)
-    df = carve(spec.build(), profile, topk=args.topk, resources=resources)
+    try:
+        df = carve(spec.build(), profile, topk=args.topk, resources=resources)
+    finally:  # the progress line ends before the summary, an error or "interrupted"
+        if resources is not None:
+            resources.done()
     if args.compiled:
         c = df.attrs["compiled"]
         print(f"compiled {c['compiled']} configs for {c['arch']}: {c['spilling']} spill, {c['failed']} failed to "
@@ -225,14 +232,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _require_gpu()
     # with no best, tune logs a line of its own; this command says it as its error, once
     search_log = logging.getLogger("schedlib.search")
-    search_log.addFilter(_not_no_best)
+    search_log.addFilter(not_no_best)
     try:
         res = tune(func, profile, trials=args.trials, strategy=args.strategy, storage=args.storage,
                    backend=backend, quiet=args.quiet, **({"replay": args.replay} if args.replay else {}))
     finally:
-        search_log.removeFilter(_not_no_best)
+        search_log.removeFilter(not_no_best)
     if res.best_config is None:  # not "best: inf us ... config: null" with status 0
-        print(f"schedlib: error: {_no_best(res, func.name)}", file=sys.stderr)
+        print(f"schedlib: error: {no_best(res, func.name)}", file=sys.stderr)
         return 1
     # the label names the backend that ran: with --replay that is the recording, never the carver
     source = {"estimate": "estimated by the carver's model, not measured", "gpu": "measured on the GPU",
@@ -249,31 +256,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         counts += f" (the study already holds --trials {args.trials}; raise --trials to search further)"
     print(counts)
     return 0
-
-
-def _not_no_best(record: logging.LogRecord) -> bool:
-    """Drops tune's "no config ... succeeded" log line: cmd_tune reports that itself, with the counts."""
-    return not record.getMessage().startswith("tune: no config of ")
-
-
-def _no_best(res: Any, name: str) -> str:
-    """Why a tuning run has no best config: the failures by status (most frequent first) and the first error."""
-    from schedlib.search.records import OK
-
-    records = res.records
-    statuses = records["status"].value_counts() if len(records) else None
-    if statuses is None:
-        return f"tune: no config of {name} ran (nothing was recorded)"
-    counts = ", ".join(f"{n} {status}" for status, n in statuses.items() if status != OK)
-    if OK in statuses:  # measured, but the rule refuses to build what it measured
-        ok = int(statuses[OK])
-        built = "cannot build it" if ok == 1 else "builds none of them"
-        return (f"tune: {ok} config{'' if ok == 1 else 's'} of {name} ran, but the rule {res.key.rule} {built}"
-                + (f" (the others: {counts})" if counts else ""))
-    errors = records["error"].dropna().astype(str) if "error" in records else []
-    first = next((e.strip().splitlines()[0] for e in errors if e.strip()), "")
-    return f"tune: no config of {name} ran successfully ({counts})" + (f"; the first error: {first[:160]}"
-                                                                        if first else "")
 
 
 def _tune_backend(args: argparse.Namespace) -> str:
@@ -297,18 +279,27 @@ def _check_out(text: str) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from schedlib.hw import resolve
-    from schedlib.report import compare, write_report
-    from schedlib.report.writers import REPORT_FILES, prepare_out_dir
     from schedlib.suites import suite
 
     _check_out(args.out)
-    specs = [s for w in args.workload for s in _workloads(w)] if args.workload else suite(args.suite)
+    if args.workload and args.suite is not None:  # one would be dropped without a word
+        raise UsageError(f"--suite {args.suite} and --workload: --workload replaces the suite, so give one or "
+                         f"the other (to run both, list them all in one suite file)")
+    specs = [s for w in args.workload for s in _workloads(w)] if args.workload else suite(args.suite or "basic")
     if args.backend == "gpu":
         _require_gpu()
     if set(args.methods) == {"vendor"} and (args.backend == "estimate" or _no_gpu_reason() is not None):
         raise UsageError("--methods vendor: the vendor library has no time without a GPU (the carver's model "
                          "estimates schedlib's kernels only); add rule, carver or search, or measure on a GPU")
     explicit = None if is_auto(args.target) else resolve(args.target)  # a bad --target creates no folder
+    with removed_if_stopped(args.out):  # a run stopped before the report leaves no empty folder of its own
+        return _compare(args, specs, explicit)
+
+
+def _compare(args: argparse.Namespace, specs: list[Any], explicit: Any) -> int:
+    from schedlib.report import compare, write_report
+    from schedlib.report.writers import REPORT_FILES, prepare_out_dir
+
     prepare_out_dir(args.out, REPORT_FILES)  # before the note below: a bad --out is the whole answer
     if explicit is not None:
         profile = explicit
@@ -348,7 +339,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from schedlib.report.demo import run_demo
 
     _check_out(args.out)
-    run_demo(args.target, args.out, trials=args.trials, limit=args.limit)
+    with removed_if_stopped(args.out):  # a demo stopped before its report leaves no empty folder of its own
+        run_demo(args.target, args.out, trials=args.trials, limit=args.limit)
     return 0
 
 

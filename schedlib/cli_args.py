@@ -115,7 +115,9 @@ def build_parser(handlers: Mapping[str, Handler], version: str) -> argparse.Argu
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     m = command("compare", "compare rule, carver, search and the vendor library; write a report", workload=False)
     m.epilog = epilog
-    m.add_argument("--suite", default="basic", help="llm-decoder, basic, or a .yaml/.json suite file (default: basic)")
+    # None: basic; told apart from an explicit --suite, which --workload would otherwise drop unsaid
+    m.add_argument("--suite", default=None,
+                   help="llm-decoder, basic, or a .yaml/.json suite file (default: basic; not with --workload)")
     m.add_argument("--workload", action="append", metavar="WORKLOAD",
                    help="a workload spec, kind:key=value,... (repeatable; replaces --suite); kinds: " + kinds)
     m.add_argument("--target", default="auto", help=TARGET_HELP.format("auto"))

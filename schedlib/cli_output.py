@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["foreign_error", "library_messages", "lines", "note"]
+__all__ = ["foreign_error", "library_messages", "lines", "no_best", "not_no_best", "note"]
 
 
 def lines(prefix: str, text: str) -> str:
@@ -88,3 +88,30 @@ def foreign_error(exc: BaseException, storage: str | None = None) -> str | None:
     first = next((ln.strip() for ln in str(shown).splitlines() if ln.strip()), "")
     where = f" (with --storage {storage})" if storage else ""
     return f"{what} raised {type(shown).__name__}{where}" + (f": {first}" if first else "")
+
+
+# tune's error when no config has a time (here, as the rest of this file, to keep schedlib.cli short)
+
+def not_no_best(record: logging.LogRecord) -> bool:
+    """Drops tune's "no config ... succeeded" log line: cmd_tune reports that itself, with the counts."""
+    return not record.getMessage().startswith("tune: no config of ")
+
+
+def no_best(res: Any, name: str) -> str:
+    """Why a tuning run has no best config: the failures by status (most frequent first) and the first error."""
+    from schedlib.search.records import OK
+
+    records = res.records
+    statuses = records["status"].value_counts() if len(records) else None
+    if statuses is None:
+        return f"tune: no config of {name} ran (nothing was recorded)"
+    counts = ", ".join(f"{n} {status}" for status, n in statuses.items() if status != OK)
+    if OK in statuses:  # measured, but the rule refuses to build what it measured
+        ok = int(statuses[OK])
+        built = "cannot build it" if ok == 1 else "builds none of them"
+        return (f"tune: {ok} config{'' if ok == 1 else 's'} of {name} ran, but the rule {res.key.rule} {built}"
+                + (f" (the others: {counts})" if counts else ""))
+    errors = records["error"].dropna().astype(str) if "error" in records else []
+    first = next((e.strip().splitlines()[0] for e in errors if e.strip()), "")
+    return f"tune: no config of {name} ran successfully ({counts})" + (f"; the first error: {first[:160]}"
+                                                                        if first else "")

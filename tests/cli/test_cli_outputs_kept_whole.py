@@ -1,8 +1,13 @@
-"""What a failed or interrupted ``demo``/``compare`` leaves on disk: an unknown ``--target`` creates no
-report folder, and a run stopped while its report is written leaves the previous report whole."""
+"""What a failed or interrupted ``demo``/``compare`` leaves on disk, and options the command used to drop
+silently: a run that stops (bad ``--target``, Ctrl-C, an error mid-way) leaves no new empty report folder and
+never half of a new report over the previous one; ``--suite`` given with ``--workload`` is refused rather
+than ignored; ``carve --compiled`` with an unusable cache is one error, not a "did not compile" per config,
+and says how far its compiling has got."""
 
 from __future__ import annotations
 
+import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +34,38 @@ def test_demo_with_an_unknown_target_creates_no_folder(tmp_path: Path, capsys: p
     assert cli.main(["demo", "--target", "nope", "--out", str(out)]) == 2
     assert error_line(capsys).startswith("unknown hardware profile 'nope'")
     assert list(tmp_path.iterdir()) == []  # neither rep/ nor rep/deeper/
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_a_compare_stopped_midway_removes_the_folder_it_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture,
+                                                             stop: type[BaseException]) -> None:
+    import schedlib.report
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise stop("stopped")
+
+    monkeypatch.setattr(schedlib.report, "compare", stopped)
+    out = tmp_path / "rep"
+    if stop is KeyboardInterrupt:
+        assert cli.main([*COMPARE, "--out", str(out)]) == 130
+    else:
+        with pytest.raises(RuntimeError):  # a bug keeps its traceback; the folder still goes
+            cli.main([*COMPARE, "--out", str(out)])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stopped_run_keeps_a_folder_that_was_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import schedlib.report
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(schedlib.report, "compare", interrupted)
+    out = tmp_path / "rep"
+    out.mkdir()
+    assert cli.main([*COMPARE, "--out", str(out)]) == 130
+    assert out.is_dir()  # the user's own (empty) folder is not removed
 
 
 # The report is replaced whole or not at all
@@ -62,3 +99,68 @@ def test_a_report_is_written_in_full(tmp_path: Path) -> None:
     assert (out / "report.csv").read_text().startswith("workload,")
 
 
+# --suite and --workload together
+
+
+def test_compare_refuses_suite_with_workload(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "rep"
+    assert cli.main(["compare", "--suite", "llm-decoder", "--workload", SMALL, "--out", str(out)]) == 2
+    line = error_line(capsys)
+    assert line.startswith("--suite llm-decoder and --workload: "), line
+    assert not out.exists()
+
+
+def test_compare_still_takes_workload_alone(tmp_path: Path) -> None:
+    assert cli.main([*COMPARE, "--out", str(tmp_path / "rep")]) == 0
+
+
+# carve --compiled
+
+
+def test_carve_compiled_with_an_unusable_cache_is_one_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SCHEDLIB_CACHE_DIR", str(blocker))
+    assert cli.main(["carve", SMALL, "--compiled", "--topk", "1"]) == 2
+    line = error_line(capsys)  # before: a "did not compile, left out" warning for each of 8 configs, then this
+    assert line.startswith(f"schedlib cache directory {blocker} (from $SCHEDLIB_CACHE_DIR) cannot be used"), line
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def fake_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ptxas's answer for every config, with no compiler: 32 registers, no spill."""
+    import schedlib.runtime.resources as resources
+    from schedlib.runtime.resources import CompiledUsage
+
+    class Fake:
+        def __init__(self, profile: object, arch: str) -> None:
+            self.profile, self.arch = profile, arch
+
+        def __call__(self, schedule: object) -> CompiledUsage:
+            return CompiledUsage(registers=32, spill_bytes=0, arch=self.arch)
+
+    monkeypatch.setattr(resources, "compiled_resources", lambda target: Fake(target, "sm_90"))
+
+
+@pytest.mark.usefixtures("fake_compiler")
+def test_carve_compiled_says_how_far_it_has_got(monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.main(["carve", SMALL, "--compiled", "--topk", "2"]) == 0
+    err = terminal.getvalue()
+    # redrawn in place after each config (8: the pool for --topk 2), then the summary on a line of its own
+    assert "\rcompiling for sm_90: 1/8 compiled" in err and "\rcompiling for sm_90: 8/8 compiled" in err, err
+    assert "\ncompiled 8 configs for sm_90: 0 spill" in err, err
+
+
+@pytest.mark.usefixtures("fake_compiler")
+def test_carve_compiled_off_a_terminal_prints_no_redrawn_line(capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["carve", SMALL, "--compiled", "--topk", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and len(err.strip().splitlines()) == 2, err  # the first line and the summary
