@@ -331,6 +331,10 @@ def cmd_profiles(args: argparse.Namespace) -> int:
             raise UsageError("profiles show needs a NAME")
         print(json.dumps(hw.load(args.name).to_dict(), indent=2, default=str))
     else:
+        reason = _no_gpu_reason()
+        if reason is not None:  # not the library's hint, "pass properties=...", which no option here does
+            raise UsageError(f"profiles detect: no GPU found ({reason}); 'schedlib profiles list' shows the "
+                             "built-in profiles, and --target NAME picks one")
         print(json.dumps(hw.detect().to_dict(), indent=2, default=str))
     return 0
 

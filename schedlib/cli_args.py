@@ -108,7 +108,8 @@ def build_parser(handlers: Mapping[str, Handler], version: str) -> argparse.Argu
     t.add_argument("--strategy", default="tpe", choices=["tpe", "cmaes", "nsga2", "random", "grid", "evolutionary"],
                    help="search strategy (default: tpe)")
     t.add_argument("--storage", default=None, metavar="URL",
-                   help="Optuna storage URL or journal file holding the study (default: per-user cache)")
+                   help="where the study is kept: an SQLite file, a journal file (.log or .journal), an "
+                        "SQLAlchemy URL, or 'memory' (kept nowhere); default: an SQLite file in the per-user cache")
     # None: estimate, or replay when --replay is given (cli._tune_backend)
     t.add_argument("--backend", default=None, choices=["gpu", "replay", "estimate"], help=BACKEND_HELP)
     t.add_argument("--replay", metavar="FILE", help="recorded measurements (.json or .csv) for --backend replay")
