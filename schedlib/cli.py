@@ -311,7 +311,10 @@ def _compare(args: argparse.Namespace, specs: list[Any], explicit: Any) -> int:
     progress = None if args.quiet else (lambda text: print(f"schedlib: {text}", file=sys.stderr, flush=True))
     df = compare(specs, profile, methods=args.methods, trials=args.trials, backend=args.backend, progress=progress)
     paths = write_report(df, args.out, histories=df.attrs.get("histories"))
-    print(df[["workload", "method", "time_us", "pct_roofline", "source"]].to_string(index=False))
+    shown = df[["workload", "method", "time_us", "pct_roofline", "source"]].copy()
+    for c in ("time_us", "pct_roofline"):  # as demo and the report show them: 3 figures, n/a for no time (not NaN)
+        shown[c] = shown[c].map(lambda v: f"{v:.3g}" if v == v else "n/a")
+    print(shown.to_string(index=False))
     print(f"report written to {paths['html']}")
     return 0
 

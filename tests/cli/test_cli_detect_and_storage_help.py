@@ -27,3 +27,16 @@ def test_tune_help_names_each_kind_of_storage(capsys: pytest.CaptureFixture) -> 
     text = " ".join(capsys.readouterr().out.split())  # as one line: argparse wraps the help
     for kind in ("an SQLite file", "a journal file (.log or .journal)", "SQLAlchemy URL", "'memory'"):
         assert kind in text, kind
+
+
+# compare's table on stdout
+
+
+def test_compare_prints_times_as_demo_does(tmp_path: object, capsys: pytest.CaptureFixture) -> None:
+    """Three significant figures and n/a for a row with no time (the vendor library without a GPU), as demo and
+    the report show them, not 0.577341 and NaN."""
+    assert cli.main(["compare", "--workload", "gemv:N=64,K=64", "--methods", "rule", "vendor", "--backend",
+                     "estimate", "--target", "h100", "--quiet", "--out", str(tmp_path)]) == 0
+    rows = {line.split()[1]: line.split() for line in capsys.readouterr().out.splitlines()[1:3]}
+    assert rows["rule"][2:4] == ["0.577", "0.437"], rows
+    assert rows["vendor"][2:4] == ["n/a", "n/a"], rows
