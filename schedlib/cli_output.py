@@ -92,6 +92,7 @@ def foreign_error(exc: BaseException, storage: str | None = None) -> str | None:
 
 # tune's error when no config has a time (here, as the rest of this file, to keep schedlib.cli short)
 
+
 def not_no_best(record: logging.LogRecord) -> bool:
     """Drops tune's "no config ... succeeded" log line: cmd_tune reports that itself, with the counts."""
     return not record.getMessage().startswith("tune: no config of ")

@@ -182,7 +182,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, *, histories: dict[str, 
     if not isinstance(df, pd.DataFrame) or "config" not in df.columns:
         raise TypeError(f"write_report needs the DataFrame sl.report.compare returns, got {type(df).__name__}"
                         + (f" with columns {list(df.columns)}" if isinstance(df, pd.DataFrame) else ""))
-    out = prepare_out_dir(out_dir, REPORT_FILES)
+    out = prepare_out_dir(out_dir, (*REPORT_FILES, *(extra or {})))  # each checked before any is replaced
     source = "measured on the GPU" if df.attrs.get("measured") else "estimated by the carver model (no GPU)"
     csv_path, md_path, html_path = out / "report.csv", out / "report.md", out / "report.html"
     csv_text = flat_configs(df).to_csv(index=False)

@@ -164,3 +164,19 @@ def test_carve_compiled_off_a_terminal_prints_no_redrawn_line(capsys: pytest.Cap
     assert cli.main(["carve", SMALL, "--compiled", "--topk", "2"]) == 0
     err = capsys.readouterr().err
     assert "\r" not in err and len(err.strip().splitlines()) == 2, err  # the first line and the summary
+
+
+def test_an_extra_report_file_is_checked_before_any_is_replaced(tmp_path: Path) -> None:
+    """write_report(extra=...) (the demo's verification.csv): a folder in an extra file's place is refused
+    before report.csv and the rest are replaced, not after."""
+    import pandas as pd
+
+    from schedlib.errors import SchedlibError
+
+    for name in writers.REPORT_FILES:
+        (tmp_path / name).write_text("old")
+    (tmp_path / "verification.csv").mkdir()
+    df = pd.DataFrame({"workload": ["w"], "method": ["rule"], "config": [{}], "pct_roofline": [1.0]})
+    with pytest.raises(SchedlibError, match=r"verification\.csv: it is a folder"):
+        writers.write_report(df, tmp_path, extra={"verification.csv": "x"})
+    assert {n: (tmp_path / n).read_text() for n in writers.REPORT_FILES} == dict.fromkeys(writers.REPORT_FILES, "old")
