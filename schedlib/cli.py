@@ -244,6 +244,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     # the label names the backend that ran: with --replay that is the recording, never the carver
     source = {"estimate": "estimated by the carver's model, not measured", "gpu": "measured on the GPU",
               "replay": f"replayed from {args.replay}"}[backend]
+    if func.symbols and backend == "estimate":  # the model prices symbolic sizes at one value: say it, as carve does
+        from schedlib.carver.problem import bind_symbolic
+        sizes = ", ".join(f"{k}={v}" for k, v in bind_symbolic(func, None).items())
+        print(f"estimated at {sizes} (the symbolic sizes' values for these times)")
     print(f"best: {res.best_time_us:.3g} us ({source})  config: {json.dumps(res.best_config)}")
     recorded = int(res.records["status"].isin(COUNTED).sum()) if len(res.records) else 0
     reused = max(recorded - res.measured_now, 0)

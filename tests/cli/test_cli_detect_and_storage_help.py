@@ -40,3 +40,16 @@ def test_compare_prints_times_as_demo_does(tmp_path: object, capsys: pytest.Capt
     rows = {line.split()[1]: line.split() for line in capsys.readouterr().out.splitlines()[1:3]}
     assert rows["rule"][2:4] == ["0.577", "0.437"], rows
     assert rows["vendor"][2:4] == ["n/a", "n/a"], rows
+
+
+# tune on a symbolic workload
+
+
+def test_tune_names_the_values_a_symbolic_workload_is_estimated_at(capsys: pytest.CaptureFixture) -> None:
+    """As carve says "ranked at M=4096": the model's time holds at that size only."""
+    assert cli.main(["tune", "softmax:rows=$M,cols=1024", "--trials", "2", "--storage", "memory", "--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "estimated at M=4096 (the symbolic sizes' values for these times)", out
+    assert out[1].startswith("best: "), out
+    assert cli.main(["tune", "softmax:rows=64,cols=1024", "--trials", "2", "--storage", "memory", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("best: ")  # concrete sizes: nothing to say
