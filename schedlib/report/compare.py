@@ -369,6 +369,9 @@ def _search_rows(func: Func, profile: HardwareProfile, timer: MethodTimer, topk:
     res = tune(func, profile, trials=trials, strategy=strategy, storage="memory" if storage is None else storage,
                backend="gpu" if timer.measured else "estimate", quiet=quiet)
     cost = time.perf_counter() - t0
+    if res.best_schedule is None:  # every config failed, or none the rule can build: say that, not AttributeError
+        raise SchedlibError(f"the search's {len(res.records)} records hold no config that ran and that the rule "
+                            "can build")
     rule = get_rule(res.best_schedule.rule) if res.best_schedule.rule else None
     info = {"rule": rule.name if rule else None, "config": res.best_config, "tuning_s": cost,
             "trials": len(res.history), "history": [float(v) for v in res.history]}

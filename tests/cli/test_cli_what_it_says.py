@@ -1,5 +1,7 @@
-"""``profiles detect`` without a GPU says so in the command's terms (not the library's ``pass properties=...``),
-and ``tune --help`` names every kind of ``--storage`` the command takes (a plain path and ``memory`` too)."""
+"""What the command says, checked against what a new user meets: ``profiles detect`` without a GPU in the
+command's terms (not the library's ``pass properties=...``), ``tune --help`` naming every kind of
+``--storage``, compare's table printed as demo's, tune naming the size a symbolic workload is estimated at,
+and compare's search row saying why it found nothing (not an AttributeError)."""
 
 from __future__ import annotations
 
@@ -53,3 +55,20 @@ def test_tune_names_the_values_a_symbolic_workload_is_estimated_at(capsys: pytes
     assert out[1].startswith("best: "), out
     assert cli.main(["tune", "softmax:rows=64,cols=1024", "--trials", "2", "--storage", "memory", "--quiet"]) == 0
     assert capsys.readouterr().out.startswith("best: ")  # concrete sizes: nothing to say
+
+
+# compare: a search that found nothing buildable
+
+
+def test_compare_says_why_a_search_found_nothing(tmp_path: object, capsys: pytest.CaptureFixture) -> None:
+    """Sizes past 2^31 iterations: the model prices configs the rule then refuses to build, so tune has no best
+    schedule; the search row said "failed: AttributeError: 'NoneType' object has no attribute 'rule'"."""
+    import pandas as pd
+
+    huge = "matmul:M=2147483647,N=2147483647,K=2147483647"
+    assert cli.main(["compare", "--workload", huge, "--methods", "search", "--trials", "2", "--target", "h100",
+                     "--quiet", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    (source,) = pd.read_csv(f"{tmp_path}/report.csv")["source"]
+    assert "AttributeError" not in source, source
+    assert "records hold no config that ran and that the rule can build" in source, source
