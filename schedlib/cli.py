@@ -26,7 +26,7 @@ from schedlib import cli_args
 from schedlib.cli_args import UsageError
 from schedlib.cli_emulate import check_emulator_size as _check_emulator_size
 from schedlib.cli_emulate import emulation_note as _emulation_note
-from schedlib.cli_output import foreign_error, library_messages, lines, no_best, not_no_best, note
+from schedlib.cli_output import compare_table, foreign_error, library_messages, lines, no_best, not_no_best, note
 from schedlib.cli_runs import CompileProgress, removed_if_stopped
 from schedlib.errors import SchedlibError
 from schedlib.hw import is_auto
@@ -315,10 +315,7 @@ def _compare(args: argparse.Namespace, specs: list[Any], explicit: Any) -> int:
     progress = None if args.quiet else (lambda text: print(f"schedlib: {text}", file=sys.stderr, flush=True))
     df = compare(specs, profile, methods=args.methods, trials=args.trials, backend=args.backend, progress=progress)
     paths = write_report(df, args.out, histories=df.attrs.get("histories"))
-    shown = df[["workload", "method", "time_us", "pct_roofline", "source"]].copy()
-    for c in ("time_us", "pct_roofline"):  # as demo and the report show them: 3 figures, n/a for no time (not NaN)
-        shown[c] = shown[c].map(lambda v: f"{v:.3g}" if v == v else "n/a")
-    print(shown.to_string(index=False))
+    print(compare_table(df))
     print(f"report written to {paths['html']}")
     return 0
 

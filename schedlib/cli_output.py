@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["foreign_error", "library_messages", "lines", "no_best", "not_no_best", "note"]
+__all__ = ["compare_table", "foreign_error", "library_messages", "lines", "no_best", "not_no_best", "note"]
 
 
 def lines(prefix: str, text: str) -> str:
@@ -116,3 +116,23 @@ def no_best(res: Any, name: str) -> str:
     first = next((e.strip().splitlines()[0] for e in errors if e.strip()), "")
     return f"tune: no config of {name} ran successfully ({counts})" + (f"; the first error: {first[:160]}"
                                                                         if first else "")
+
+
+# compare's table on stdout
+
+SOURCE_WIDTH = 100  # characters of a row's source shown; a failure's whole message is in report.csv
+
+
+def compare_table(df: Any) -> str:
+    """compare's summary as demo and the report show it: times to 3 figures, n/a for no time (not NaN), and a
+    long source (a failure's message, up to 400 characters) cut short: pandas pads every row to the longest
+    cell, so one failed method made each line of the table some 500 characters wide."""
+    shown = df[["workload", "method", "time_us", "pct_roofline", "source"]].copy()
+    for c in ("time_us", "pct_roofline"):
+        shown[c] = shown[c].map(lambda v: f"{v:.3g}" if v == v else "n/a")
+    cut = shown["source"].astype(str).str.len() > SOURCE_WIDTH
+    shown["source"] = shown["source"].astype(str).map(lambda t: t if len(t) <= SOURCE_WIDTH
+                                                      else t[:SOURCE_WIDTH - 3] + "...")
+    note = "\n(a source cut short with ... is whole in report.csv)" if cut.any() else ""
+    return shown.to_string(index=False) + note
+

@@ -72,3 +72,13 @@ def test_compare_says_why_a_search_found_nothing(tmp_path: object, capsys: pytes
     (source,) = pd.read_csv(f"{tmp_path}/report.csv")["source"]
     assert "AttributeError" not in source, source
     assert "records hold no config that ran and that the rule can build" in source, source
+
+
+def test_compare_cuts_a_long_source_short_on_stdout(tmp_path: object, capsys: pytest.CaptureFixture) -> None:
+    """A failed row's message (hundreds of characters) padded every line of the printed table to its width."""
+    huge = "matmul:M=2147483647,N=2147483647,K=2147483647"
+    assert cli.main(["compare", "--workload", huge, "--workload", "gemv:N=64,K=64", "--methods", "rule",
+                     "--target", "h100", "--quiet", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in out) < 200, out
+    assert "(a source cut short with ... is whole in report.csv)" in out, out
