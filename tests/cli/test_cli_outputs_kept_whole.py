@@ -180,3 +180,27 @@ def test_an_extra_report_file_is_checked_before_any_is_replaced(tmp_path: Path) 
     with pytest.raises(SchedlibError, match=r"verification\.csv: it is a folder"):
         writers.write_report(df, tmp_path, extra={"verification.csv": "x"})
     assert {n: (tmp_path / n).read_text() for n in writers.REPORT_FILES} == dict.fromkeys(writers.REPORT_FILES, "old")
+
+
+def test_carve_compiled_puts_a_failed_configs_warning_on_a_line_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    import schedlib.runtime.resources as resources
+    from schedlib.errors import CompileError
+    from schedlib.runtime.resources import CompiledUsage
+
+    class FirstFails:
+        def __init__(self, profile: object) -> None:
+            self.profile, self.arch, self.calls = profile, "sm_90", 0
+
+        def __call__(self, schedule: object) -> CompiledUsage:
+            self.calls += 1
+            if self.calls == 1:
+                raise CompileError("nvcc failed\nkernel.cu(1): error: made up")
+            return CompiledUsage(registers=32, spill_bytes=0, arch=self.arch)
+
+    monkeypatch.setattr(resources, "compiled_resources", lambda target: FirstFails(target))
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.main(["carve", SMALL, "--compiled", "--topk", "2"]) == 0
+    err = terminal.getvalue()
+    assert "\rcompiling for sm_90: 0/8 compiled, 1 failed\nschedlib: warning: carve: gemv config " in err, err
+    assert "\rcompiling for sm_90: 8/8 compiled, 1 failed\ncompiled 8 configs" in err, err
