@@ -23,7 +23,13 @@ def _root_and_origin() -> tuple[Path, str]:
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg:
         return Path(xdg) / "schedlib", "$XDG_CACHE_HOME"
-    return Path.home() / ".cache" / "schedlib", "the default ~/.cache/schedlib"
+    try:
+        home = Path.home()
+    except RuntimeError:  # no $HOME and no passwd entry for this uid (a container run as an arbitrary uid)
+        raise SchedlibError("no schedlib cache directory: $SCHEDLIB_CACHE_DIR and $XDG_CACHE_HOME are unset, and "
+                            "this user has no home directory ($HOME unset, no passwd entry); set "
+                            "SCHEDLIB_CACHE_DIR to a private folder") from None
+    return home / ".cache" / "schedlib", "the default ~/.cache/schedlib"
 
 
 def _private_dir(path: Path, origin: str) -> Path:

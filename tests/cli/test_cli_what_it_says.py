@@ -82,3 +82,24 @@ def test_compare_cuts_a_long_source_short_on_stdout(tmp_path: object, capsys: py
     out = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in out) < 200, out
     assert "(a source cut short with ... is whole in report.csv)" in out, out
+
+
+# no home directory
+
+
+def test_no_home_directory_is_one_error_naming_the_variable(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """A container run as an arbitrary uid: no $HOME and no passwd entry, so Path.home() raises RuntimeError,
+    which reached the user as a traceback."""
+    from pathlib import Path
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    for name in ("SCHEDLIB_CACHE_DIR", "XDG_CACHE_HOME", "HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert cli.main(["tune", "gemv:N=64,K=64", "--trials", "2", "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("schedlib: error: no schedlib cache directory: "), lines
+    assert "set SCHEDLIB_CACHE_DIR" in lines[0], lines
