@@ -25,6 +25,9 @@ from schedlib.ir.func import Func, make_func
 EPILOGUES = (None, "bias", "relu", "bias_relu", "gelu", "residual")
 REDUCE_OPS = ("sum", "max", "min", "mean", "sumsq")
 ELEMENTWISE_OPS = ("add", "mul", "relu", "gelu", "exp", "sigmoid", "tanh", "scale")
+# Stages an elementwise chain may have: the IR's passes recurse once per stage, and a chain of ~1000 stages
+# raised RecursionError (a traceback from the command); real chains have a handful.
+MAX_CHAIN = 64
 
 
 def _gelu(x: Expr) -> Expr:
@@ -320,6 +323,9 @@ def elementwise(shape: Sequence[ExprLike] = (4096, 4096), chain: Sequence[str] =
     bad = [op for op in chain if op not in ELEMENTWISE_OPS]
     if bad:
         raise IRError(f"elementwise: unknown op(s) {bad}; expected {ELEMENTWISE_OPS}")
+    if len(chain) > MAX_CHAIN:
+        raise IRError(f"elementwise: chain has {len(chain)} ops; at most {MAX_CHAIN} (split a longer chain into "
+                      "several workloads)")
     shape = tuple(shape)
     X = te.placeholder(shape, dtype, "X")
     inputs = [X]

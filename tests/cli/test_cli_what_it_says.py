@@ -103,3 +103,16 @@ def test_no_home_directory_is_one_error_naming_the_variable(monkeypatch: pytest.
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("schedlib: error: no schedlib cache directory: "), lines
     assert "set SCHEDLIB_CACHE_DIR" in lines[0], lines
+
+
+# a chain too long for the IR's recursive passes
+
+
+def test_a_very_long_elementwise_chain_is_refused(capsys: pytest.CaptureFixture) -> None:
+    """1000 relus raised RecursionError in make_func: a traceback from the command."""
+    chain = "+".join(["relu"] * 1000)
+    assert cli.main(["schedule", f"elementwise:shape=8x8,chain={chain}", "--no-source"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["schedlib: error: elementwise: chain has 1000 ops; at most 64 (split a longer chain into "
+                     "several workloads)"], lines
+    assert cli.main(["schedule", "elementwise:shape=8x8,chain=" + "+".join(["relu"] * 64), "--no-source"]) == 0
