@@ -1,6 +1,7 @@
 """ElementWise rule: a chain of element-wise stages fused into one kernel per output, vectorized.
 
-Every intermediate stage is inlined into its consumers; each output's loops are fused into one flat loop
+Every intermediate stage is inlined into its consumers (but one that would make a consumer's expression too
+large, which stays a kernel of its own); each output's loops are fused into one flat loop
 split as (blocks, threads, vector) so that consecutive threads touch consecutive vectors.
 """
 
@@ -12,6 +13,7 @@ from typing import Any
 from schedlib.hw import HardwareProfile
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.func import Func
+from schedlib.ir.primitives.inline import INLINE_NODE_LIMIT, largest_after_inline
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.analysis import is_elementwise
 from schedlib.rules.base import Config, Knob, Rule, Space, Tiling, pow2_range
@@ -61,9 +63,16 @@ class ElementwiseRule(Rule):
 
     def schedule(self, func: Func, facts: ElementwiseFacts, config: Config, target: HardwareProfile) -> Schedule:
         s = Schedule(func)
+        kept = []
         for name in reversed(facts.intermediates):
-            s.compute_inline(name)
-        for name in facts.outputs:
+            # a stage its consumer reads more than once (gelu, silu) doubles that consumer with each one inlined:
+            # where the chain would outgrow the limit, this stage stays, a kernel of its own (one more round trip
+            # through memory, against an expression of millions of nodes)
+            if largest_after_inline(s.func, name) > INLINE_NODE_LIMIT:
+                kept.append(name)
+            else:
+                s.compute_inline(name)
+        for name in (*reversed(kept), *facts.outputs):
             loops = s.get_loops(name)
             flat = s.fuse(*loops) if len(loops) > 1 else loops[0]
             bx, tx, v = s.split(flat, [None, config["threads"], config["vector"]])

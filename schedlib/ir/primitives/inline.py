@@ -8,7 +8,44 @@ from schedlib.ir.expr import Expr, Load, Var
 from schedlib.ir.func import Block, Buffer, Func
 from schedlib.ir.primitives.common import check_single_producer, fail, get_block, normalize
 from schedlib.ir.rounding import rounded
-from schedlib.ir.simplify import loads, map_children, substitute
+from schedlib.ir.simplify import loads, map_children, substitute, tree_count
+
+# The most nodes an expression may have once inlined.  A stage read twice by its consumer (gelu reads x in x and in
+# erf(x)) doubles in size with each such stage inlined: a chain of 16 gelus written out is over a million nodes,
+# and the printer, the code generator and the compilers all walk it whole.  Fused epilogues and dequantising
+# prologues stay far below (a bias, gelu and cast epilogue: about 40).
+INLINE_NODE_LIMIT = 4096
+
+
+def inlined_size(consumer: Expr, buffer: Buffer, producer: Block) -> int:
+    """Nodes of ``consumer`` once :func:`_inline_loads` has replaced its loads of ``buffer`` by ``producer``'s
+    value, counted without building it (which could take memory exponential in the stages inlined)."""
+    value = rounded(buffer.dtype, producer.value)
+    uses = {a.name: tree_count(value, lambda n, name=a.name: isinstance(n, Var) and n.name == name)
+            for a in producer.axes}
+    size = tree_count(consumer)
+    for ld in loads(consumer):
+        if ld.buffer == buffer.name:
+            # each use of an axis in the value becomes that axis's index expression
+            grown = sum(uses[name] * (tree_count(ix) - 1) for name, ix in zip(uses, ld.indices))
+            size += tree_count(value) + grown - tree_count(ld)
+    return size
+
+
+def largest_after_inline(func: Func, block: str) -> int:
+    """The largest expression, in nodes, that ``compute_inline(func, block)`` would leave among the block's
+    consumers (what a rule asks before inlining a stage; above ``INLINE_NODE_LIMIT`` the primitive refuses)."""
+    blk = func.block(block)
+    buf = func.buffer(blk.store)
+    return max((inlined_size(b.value, buf, blk) for b in func.blocks if buf.name in b.read_buffers), default=0)
+
+
+def _check_size(prim: str, block: str, target: str, size: int) -> None:
+    if size > INLINE_NODE_LIMIT:
+        fail(prim, "block", block, f"would make {target}'s expression {size} nodes long, more than "
+                                   f"{INLINE_NODE_LIMIT} (a stage read more than once is copied into each read, so "
+                                   "every such stage inlined multiplies the size); keep this stage in a loop nest "
+                                   "of its own")
 
 
 def _inline_loads(e: Expr, buffer: Buffer, producer: Block) -> Expr:
@@ -52,6 +89,8 @@ def compute_inline(func: Func, block: str) -> tuple[Func, None]:
         for C.i in range(8):
           block C S (i=C.i):
             C[i] = A[i] * 2.0 + 1.0
+
+    Refused where a consumer's expression would grow past ``INLINE_NODE_LIMIT`` nodes.
     """
     prim = "compute_inline"
     blk = get_block(func, prim, block)
@@ -69,6 +108,7 @@ def compute_inline(func: Func, block: str) -> tuple[Func, None]:
         if b.name == block:
             continue
         if buf.name in b.read_buffers:
+            _check_size(prim, block, b.name, inlined_size(b.value, buf, blk))
             b = replace(b, value=_inline_loads(b.value, buf, blk))
         blocks.append(b)
     out = replace(func, blocks=tuple(blocks), buffers=tuple(x for x in func.buffers if x.name != buf.name),
@@ -123,7 +163,9 @@ def reverse_compute_inline(func: Func, block: str) -> tuple[Func, None]:
                  f"has {dim}; the producer's iteration domain would not match")
     mapping = {ix.name: p for ix, p in zip(index, producer.store_indices)}
     # Rename the consumer's axes first, so producer axes that share their names are never captured.
-    value = _inline_loads(substitute(blk.value, mapping), buf, replace(producer, axes=()))
+    consumer = substitute(blk.value, mapping)
+    _check_size(prim, block, producer.name, inlined_size(consumer, buf, replace(producer, axes=())))
+    value = _inline_loads(consumer, buf, replace(producer, axes=()))
     new_producer = replace(producer, store=blk.store,
                            store_indices=tuple(substitute(i, mapping) for i in blk.store_indices), value=value)
     blocks = tuple(new_producer if b.name == producer.name else b for b in func.blocks if b.name != block)
