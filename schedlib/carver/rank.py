@@ -24,6 +24,7 @@ from schedlib.carver.problem import Problem, analyze, bind_symbolic
 from schedlib.errors import ScheduleError
 from schedlib.hw import ENV_PATH, HardwareProfile, resolve
 from schedlib.ir.func import Func, require_func
+from schedlib.ir.layout import check_index_range
 from schedlib.ir.schedule import Schedule
 from schedlib.rules import find_rule, get_rule
 from schedlib.rules.base import Config, Rule, Space, Tiling
@@ -138,6 +139,7 @@ def _context(func: Func, target: Any, rule: Rule | str | None, symbolic_value: A
     require_func(func, "carver")
     profile = _profile(target)
     symbols = bind_symbolic(func, symbolic_value)
+    check_index_range(func, symbols)  # no config of a func no kernel can index is worth ranking
     rule_key = rule if rule is None or isinstance(rule, str) else id(rule)
     key = (id(func), id(profile), rule_key, tuple(sorted(symbols.items())))
     with _LOCK:  # the search may estimate from several threads

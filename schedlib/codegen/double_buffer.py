@@ -31,11 +31,11 @@ from __future__ import annotations
 from typing import Any
 
 from schedlib.codegen.cuda_expr import ctype, mangle
-from schedlib.codegen.layout import const_bytes, size_elements
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES, is_float
 from schedlib.ir.expr import Const, Expr, Var, as_int
 from schedlib.ir.func import THREAD_INDEX_TAGS, Block, Buffer, Loop
+from schedlib.ir.layout import const_bytes, size_elements
 from schedlib.ir.primitives.pipeline import DOUBLE_BUFFER
 from schedlib.ir.simplify import conjuncts, free_vars
 

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from schedlib.codegen.cuda_expr import ctype, mangle, stored
-from schedlib.codegen.layout import flatten
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Expr, Load, Var, as_int
 from schedlib.ir.func import Buffer
+from schedlib.ir.layout import flatten
 from schedlib.ir.simplify import map_children, substitute
 
 ACC = "sl_v"  # the accumulator element the epilogue is evaluated at

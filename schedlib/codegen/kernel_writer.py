@@ -23,13 +23,13 @@ from schedlib.codegen.cuda_expr import ExprPrinter, compute_type, ctype, float_m
 from schedlib.codegen.double_buffer import DoubleBuffer, is_double_buffered
 from schedlib.codegen.guards import StatementGuards
 from schedlib.codegen.kernel_spec import KernelSpec
-from schedlib.codegen.layout import flatten, size_elements
 from schedlib.codegen.loop_versioning import LoopVersioning
 from schedlib.codegen.vector_access import VectorAccess
 from schedlib.errors import BuildError
 from schedlib.ir.dtype import BYTES, is_float
 from schedlib.ir.expr import Const, Expr, Load, as_int, binary
 from schedlib.ir.func import GRID_YZ_LIMIT, THREAD_INDEX_TAGS, Block, Buffer, Func, Loop
+from schedlib.ir.layout import flatten, size_elements
 from schedlib.ir.simplify import free_vars, loads, simplify, substitute, var_ranges
 
 STATIC_SMEM_LIMIT = 48 * 1024

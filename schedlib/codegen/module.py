@@ -10,7 +10,6 @@ from schedlib.codegen.grid_locality import check_grid_locality
 from schedlib.codegen.identifiers import distinct_loop_names
 from schedlib.codegen.kernel_spec import KernelSpec
 from schedlib.codegen.kernel_writer import KernelWriter
-from schedlib.codegen.layout import check_index_range
 from schedlib.codegen.register_cap import cap_registers
 from schedlib.codegen.tensor_core import TensorCoreWriter, is_tensor_core_root
 from schedlib.codegen.tma import WgmmaTmaWriter, uses_tma
@@ -19,6 +18,7 @@ from schedlib.codegen.wgmma import ARCH as WGMMA_ARCH
 from schedlib.codegen.wgmma import WgmmaWriter, uses_wgmma
 from schedlib.errors import BuildError
 from schedlib.ir.func import Block, Buffer, Func
+from schedlib.ir.layout import check_index_range
 from schedlib.ir.primitives.annotate import TENSOR_CORE_KEYS
 
 

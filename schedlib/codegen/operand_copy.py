@@ -19,9 +19,9 @@ import math
 from typing import Any
 
 from schedlib.codegen.cuda_expr import ctype, mangle
-from schedlib.codegen.layout import flatten, strides
 from schedlib.codegen.mma_pattern import COPY_ELEMENTS, Operand
 from schedlib.ir.expr import Const, Expr, Var, as_int
+from schedlib.ir.layout import flatten, strides
 
 
 def swizzle_shape(cols: int) -> tuple[int, int]:

@@ -27,11 +27,11 @@ from schedlib.codegen.cuda_expr import ExprPrinter, ctype, mangle
 from schedlib.codegen.fragment_epilogue import FragmentEpilogue
 from schedlib.codegen.kernel_spec import KernelSpec, TensorMapSpec, tmap_param
 from schedlib.codegen.kernel_writer import BLOCK_TAGS, STATIC_SMEM_LIMIT, SYMBOL_PREFIX
-from schedlib.codegen.layout import flatten
 from schedlib.codegen.mma_pattern import MmaPlan, Operand, plan
 from schedlib.codegen.operand_copy import OperandCopy, swizzle
 from schedlib.ir.expr import Const, Expr, Load, Var
 from schedlib.ir.func import Block, Func
+from schedlib.ir.layout import flatten
 from schedlib.ir.simplify import simplify
 
 MMA = {"float16": "sl_mma_m16n8k16_f16f32", "bfloat16": "sl_mma_m16n8k16_bf16f32"}

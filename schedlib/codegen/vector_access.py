@@ -31,11 +31,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from schedlib.codegen.cuda_expr import ctype, mangle, stored
-from schedlib.codegen.layout import strides
 from schedlib.codegen.vectorize import VECTOR_TYPES, aligned_base, uniform_guard
 from schedlib.ir.dtype import BYTES
 from schedlib.ir.expr import Binary, Const, Expr, Load, Select, as_int
 from schedlib.ir.func import Block, Buffer, Loop
+from schedlib.ir.layout import strides
 from schedlib.ir.simplify import children, free_vars, loads, simplify, substitute
 
 

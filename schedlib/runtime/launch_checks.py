@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from schedlib.codegen.layout import check_index_range
 from schedlib.errors import ShapeError
 from schedlib.ir.func import Func
+from schedlib.ir.layout import check_index_range
 from schedlib.ir.reference import bind_symbols, check_reductions_nonempty
 from schedlib.runtime.index_range import INT32_MAX, INT32_MIN, check_iteration_cover, exact_int
 

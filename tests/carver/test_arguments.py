@@ -70,3 +70,15 @@ def test_space_enumeration_limits_sampling_and_knob_lookup() -> None:
     assert space.is_legal(space.sample(random.Random(0)))
     with pytest.raises(KeyError, match="the matmul space has no knob 'bogus'"):
         space.knob("bogus")
+
+
+def test_a_func_no_kernel_can_index_is_refused_before_ranking() -> None:
+    # 65536^2 elements pass the 32-bit offsets every kernel uses: the carver ranked such configs anyway (at
+    # 1.1e7 us), every one of which the build then refused
+    with pytest.raises(sl.ShapeError, match=r"buffer A of shape \[65536, 65536\] has 4,294,967,296 elements; "
+                                            "generated kernels index with 32-bit offsets"):
+        sl.carver.carve(wl.matmul(65536, 65536, 65536), "h100", topk=2)
+    # a symbolic size is checked at the value the carver prices it at, which the message names
+    with pytest.raises(sl.ShapeError, match=r"buffer A of shape \[131072, 16384\] with \{'M': 131072\}"):
+        sl.carver.estimate(wl.matmul(sl.var("M"), 64, 16384), "h100", {}, symbolic_value=131072)
+    assert len(sl.carver.carve(wl.matmul(sl.var("M"), 64, 16384), "h100", topk=2)) == 2  # M = 4096 fits

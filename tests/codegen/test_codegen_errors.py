@@ -304,7 +304,7 @@ def test_a_buffer_of_2_to_the_31_elements_is_refused_not_miscompiled() -> None:
 
 
 def test_symbolic_sizes_are_checked_once_bound() -> None:
-    from schedlib.codegen.layout import check_index_range
+    from schedlib.ir.layout import check_index_range
 
     func = sl.workloads.matmul(sl.var("M"), 65536, 64)
     check_index_range(func)  # unknown until launch

@@ -18,7 +18,7 @@ from cg_support import assert_close, kernel_bodies, random_inputs, signature
 
 import schedlib as sl
 from schedlib import rules
-from schedlib.codegen.layout import const_bytes
+from schedlib.ir.layout import const_bytes
 
 
 def _static_params() -> list:

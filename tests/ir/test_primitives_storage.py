@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import schedlib as sl
-from schedlib.codegen.layout import flatten, permuted
 from schedlib.ir.expr import Const
+from schedlib.ir.layout import flatten, permuted
 from schedlib.ir.reference import evaluate_int
 
 from .helpers import Reject, assert_same_result, schedule

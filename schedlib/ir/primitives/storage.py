@@ -1,7 +1,7 @@
 """Storage primitives: how an intermediate buffer is laid out in shared or local memory.
 
 They change addresses only: every block still reads and writes the same logical elements, so the numpy
-reference is unaffected and only the generated code (``schedlib.codegen.layout``) sees them.
+reference is unaffected and only the generated code sees them (through ``schedlib.ir.layout``).
 """
 
 from __future__ import annotations

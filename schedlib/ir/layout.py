@@ -80,7 +80,7 @@ def check_index_range(func: Func, symbols: Mapping[str, int] | None = None) -> N
             continue
         n = _exact_elements(buf, symbols or {})
         if n is not None and n >= INDEX_LIMIT:
-            bound = "" if symbols is None else f" with {dict(symbols)}"
+            bound = f" with {dict(symbols)}" if symbols else ""
             raise ShapeError(
                 f"{func.name}: buffer {buf.name} of shape {list(_dims(buf, symbols))}{bound} has {n:,} elements; "
                 f"generated kernels index with 32-bit offsets, so a buffer must have fewer than 2^31 "
