@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from schedlib.errors import IRError
+from schedlib.hw.profile_file import offending_line
 from schedlib.ir.func import Func
 from schedlib.ir.tensor import var
 from schedlib.workloads import BUILTINS
@@ -203,13 +204,6 @@ def _checked(kind: str, raw: dict[str, Any], label: str = "") -> WorkloadSpec:
     return spec
 
 
-def _offending(text: str, line: int) -> str:
-    """``: '<the line>'`` for an error at 0-based ``line`` of ``text`` (nothing past its end or when blank)."""
-    lines = text.splitlines()
-    bad = lines[line].strip() if 0 <= line < len(lines) else ""
-    return f": {bad!r}" if bad else ""
-
-
 class _DuplicateKey(Exception):
     """A key given twice in one JSON object (args: the key)."""
 
@@ -256,12 +250,12 @@ def load_suite_file(path: str | Path) -> list[WorkloadSpec]:
                       f"past Python's recursion limit); a suite is a list of workloads") from None
     except json.JSONDecodeError as exc:
         raise IRError(f"suite file {p}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})"
-                      + _offending(text, exc.lineno - 1)) from None
+                      + offending_line(text, exc.lineno - 1)) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise IRError(f"suite file {p}: {where}not valid YAML ({exc.problem or exc.context})"
-                      + (_offending(text, mark.line) if mark is not None else "")) from None
+                      + (offending_line(text, mark.line) if mark is not None else "")) from None
     except yaml.YAMLError as exc:
         raise IRError(f"suite file {p}: not valid YAML ({' '.join(str(exc).split())})") from None
     if isinstance(data, dict):

@@ -133,6 +133,19 @@ def test_bad_yaml_scalar_names_the_line(tmp_path: Path) -> None:
         hw.load(path)
 
 
+@pytest.mark.parametrize(("suffix", "text", "shown"), [
+    (".yaml", "key: [1,\n", r"line 2: invalid YAML \(expected the node content, but found '<stream end>'\)$"),
+    (".yaml", "name: x\n  bad: [\n", r"line 2: invalid YAML \(mapping values are not allowed here\): 'bad: \['$"),
+    (".json", '{"key": 1,\n', r"line 2: invalid JSON \(Expecting property name enclosed in double quotes\)$")],
+    ids=["yaml-at-the-end", "yaml-line", "json-at-the-end"])
+def test_a_parse_error_shows_its_line_only_where_there_is_one(tmp_path: Path, suffix: str, text: str,
+                                                             shown: str) -> None:
+    path = tmp_path / f"cut{suffix}"
+    path.write_text(text)
+    with pytest.raises(ProfileError, match=shown):  # at the end of the file, no ": ''"
+        hw.load(path)
+
+
 def test_anchor_expansion_is_abbreviated_in_messages(tmp_path: Path) -> None:
     levels = ["&l0 [x, x, x, x, x, x, x, x, x]"] + [f"&l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 5)]
     path = tmp_path / "bomb.yaml"

@@ -124,6 +124,14 @@ def _read_bytes(path: Path) -> bytes:
     return b"".join(chunks)
 
 
+def offending_line(text: str, line: int) -> str:
+    """``: '<the line>'`` for a parse error at 0-based ``line`` of ``text``; nothing past its end or when the
+    line is blank (an error at the end of the file has no line to show)."""
+    lines = text.splitlines()
+    bad = lines[line].strip() if 0 <= line < len(lines) else ""
+    return f": {bad!r}" if bad else ""
+
+
 def parse_file(path: Path) -> Any:
     """Read a profile file into plain data (safe YAML loading / ``json.loads``; never executes code).
 
@@ -133,20 +141,19 @@ def parse_file(path: Path) -> Any:
         text = _decode(path, _read_bytes(path))
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read hardware profile: {exc.strerror or exc}") from exc
-    lines = text.splitlines()
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text, object_pairs_hook=functools.partial(_json_object, path))
         return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: builds plain data only
     except json.JSONDecodeError as exc:
-        bad = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else ""
-        raise ProfileError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg}): {bad.strip()!r}") from exc
+        raise ProfileError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})"
+                           + offending_line(text, exc.lineno - 1)) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         lineno = mark.line + 1 if mark is not None else 0
-        bad = lines[lineno - 1] if 0 < lineno <= len(lines) else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ProfileError(f"{path}: line {lineno}: invalid YAML ({problem}): {bad.strip()!r}") from exc
+        raise ProfileError(f"{path}: line {lineno}: invalid YAML ({problem})"
+                           + offending_line(text, lineno - 1)) from exc
     except ValueError as exc:  # json.loads on e.g. an integer of more digits than int() accepts
         raise ProfileError(f"{path}: invalid JSON ({exc})") from exc
     except RecursionError:
