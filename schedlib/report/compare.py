@@ -100,6 +100,7 @@ def compare(workloads: Iterable[Any], target: Any = "auto", methods: Sequence[st
                     for v in (topk, trials))
     methods = (methods,) if isinstance(methods, str) else tuple(methods)
     _check_arguments(workloads, methods, topk, trials, strategy, backend, variants)
+    methods = tuple(dict.fromkeys(methods))  # each once ("rule rule" on the command line), in order
     measured = (backend or ("gpu" if gpu_available() else "estimate")) == "gpu"
     if measured:
         require_cupy()  # before any work, with the install hint

@@ -129,6 +129,14 @@ def test_progress_is_called_once_per_workload() -> None:
     assert lines[1].startswith("compare: workload 2/2: reduce:rows=8,cols=8 (rule; ")
 
 
+def test_a_method_named_twice_runs_and_shows_once() -> None:
+    lines: list[str] = []
+    df = compare(["transpose:M=8,N=8"], "h100", methods=["rule", "carver", "rule"], backend="estimate", topk=1,
+                 progress=lines.append)
+    assert lines[0].startswith("compare: workload 1/1: transpose:M=8,N=8 (rule, carver; "), lines
+    assert list(df["method"]).count("rule") == 1
+
+
 def test_vendor_alone_is_refused_on_the_estimate_backend() -> None:
     with pytest.raises(ValueError, match=r"methods=\('vendor',\) has no time without a GPU"):
         compare(["transpose:M=8,N=8"], "h100", methods="vendor", backend="estimate")
