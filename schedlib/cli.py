@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from schedlib import cli_args
+from schedlib import cli_args, cli_output
 from schedlib.cli_args import UsageError
 from schedlib.cli_emulate import check_emulator_size as _check_emulator_size
 from schedlib.cli_emulate import emulation_note as _emulation_note
@@ -361,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    with library_messages():
+    with library_messages(), cli_output.reader_may_leave():
         return _main(argv)
 
 

@@ -5,6 +5,7 @@ each as ``schedlib: KIND: message`` with further lines indented under the first 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import sys
 import warnings
@@ -12,7 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["compare_table", "foreign_error", "library_messages", "lines", "no_best", "not_no_best", "note"]
+__all__ = ["compare_table", "foreign_error", "library_messages", "lines", "no_best", "not_no_best", "note",
+           "reader_may_leave"]
 
 
 def lines(prefix: str, text: str) -> str:
@@ -62,6 +64,55 @@ def library_messages() -> Iterator[None]:
             yield
         finally:
             logger.removeHandler(handler)
+
+
+class _StdoutWhoseReaderMayLeave:
+    """``sys.stdout`` for a command whose output may be piped into ``head`` or a pager that quits early: once
+    the reader is gone, further output is dropped and the command finishes its work (``schedlib demo | head``
+    still writes its report) instead of stopping at the next print."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        self.reader_gone = True
+        # Python flushes stdout once more at exit: send what is left in its buffer nowhere instead
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):  # a stream with no descriptor (captured output)
+            pass
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno, ...
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """While the command runs, output to a reader that has gone is dropped (:class:`_StdoutWhoseReaderMayLeave`)."""
+    saved = sys.stdout
+    sys.stdout = _StdoutWhoseReaderMayLeave(saved)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout = saved
 
 
 # Errors of the packages behind a tuning storage (a database locked, gone, full or of another schema): the

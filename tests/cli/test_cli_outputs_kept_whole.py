@@ -204,3 +204,24 @@ def test_carve_compiled_puts_a_failed_configs_warning_on_a_line_of_its_own(monke
     err = terminal.getvalue()
     assert "\rcompiling for sm_90: 0/8 compiled, 1 failed\nschedlib: warning: carve: gemv config " in err, err
     assert "\rcompiling for sm_90: 8/8 compiled, 1 failed\ncompiled 8 configs" in err, err
+
+
+# A reader that leaves early (| head) does not stop the run
+
+
+def test_a_run_piped_into_a_reader_that_has_left_still_writes_its_report(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    out = tmp_path / "rep"
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line: every write to stdout fails
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    # the demo prints a line per workload verified before it writes anything (it stopped at the first one)
+    proc = subprocess.run([sys.executable, "-m", "schedlib", "demo", "--target", "h100", "--trials", "2",
+                           "--limit", "16", "--out", str(out)], stdout=write, stderr=subprocess.PIPE, text=True,
+                          env=env, timeout=600, check=False)
+    os.close(write)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["report.csv", "report.html", "report.md", "verification.csv"]
+    assert "Traceback" not in proc.stderr and "Broken pipe" not in proc.stderr, proc.stderr
