@@ -14,8 +14,9 @@ value:
 
 * no shared or local buffer written inside it is read outside it (each instance's copy is dropped at the
   end; the schedule primitives place a producer so that each iteration writes what it reads);
-* no shared or local buffer inside it is stored at places that move with the loop (threads filling one
-  shared tile between them, which each then reads whole: there the iterations meet);
+* for a loop over threads, no shared or local buffer inside it is stored at places that move with the loop
+  (threads filling one tile between them, which each then reads whole: there the iterations meet); CUDA
+  blocks share no such buffer, so each block's copy holds all the block reads;
 * no global buffer written inside it is also read inside it (an instance would see another's write at
   another time than in loop order);
 * no global reduction inside it, except the loop's own block reducing along a spatial loop (instances then
@@ -150,7 +151,9 @@ class Runner:
         read_outside = set().union(*(_reads(b) for b in self.func.blocks if b.name not in names))
         if written & self.private & read_outside:
             return False
-        if any(self._stores_apart(b, loop.name) for b in inside if b.store in self.private):
+        # CUDA blocks never share a shared or local buffer; the threads of one block do (a block-wide tile)
+        if (loop.thread or "").startswith("threadIdx") and any(
+                self._stores_apart(b, loop.name) for b in inside if b.store in self.private):
             return False
         if (written - self.private) & read_inside:
             return False

@@ -69,6 +69,12 @@ def _compacted_stage() -> sl.Schedule:
                     lambda s: s.compute_at("E0", "E0_local.ax1"), lambda s: s.cache_read("E0", "Y", "local"))
 
 
+def _gelus_inlined(*stages: int) -> sl.Schedule:
+    """An add and ten gelus (each reads its input twice), with ``stages`` inlined in that order."""
+    return schedule(sl.workloads.elementwise((4, 8), ("add",) + ("gelu",) * 10),
+                    *(lambda s, k=k: s.compute_inline(f"E{k}") for k in stages))
+
+
 def _transposed_producer() -> sl.Schedule:
     return schedule(_transposing_chain(), lambda s: s.reverse_compute_inline("T"))
 
@@ -242,6 +248,11 @@ NEGATIVE = [
            "block", "B", "does not store at its plain axes"),
     Reject("inline-reads-itself", _reads_itself, lambda s: s.compute_inline("B"), "compute_inline", "block", "B",
            "reads its own output"),
+    Reject("inline-too-large", lambda: _gelus_inlined(9, 8, 7, 6, 5, 4, 3), lambda s: s.compute_inline("E2"),
+           "compute_inline", "block", "E2", "would make E10's expression 5624 nodes long, more than 4096"),
+    Reject("reverse-inline-too-large", lambda: _gelus_inlined(8, 7, 6, 5, 4, 3, 2),
+           lambda s: s.reverse_compute_inline("E10"), "reverse_compute_inline", "block", "E10",
+           "would make E9's expression 5624 nodes long, more than 4096"),
     Reject("reverse-inline-no-producer", lambda: sl.Schedule(sl.workloads.elementwise((3,), ("add", "relu"))),
            lambda s: s.reverse_compute_inline("E0"), "reverse_compute_inline", "block", "E0",
            "must read exactly one computed buffer, reads []"),
