@@ -23,7 +23,7 @@ from schedlib.errors import SchedlibError
 from schedlib.ir.schedule import Schedule
 from schedlib.rules.base import Config
 from schedlib.search.backends import Backend
-from schedlib.search.records import Measurement
+from schedlib.search.records import RECORDS, Measurement
 
 HUNG = "InProcessTimeout"  # error_type of a timeout the watchdog recorded (the tuner stops on it)
 
@@ -40,6 +40,13 @@ def _checked(backend: Backend, config: Config, schedule: Schedule | None) -> Mea
     if not isinstance(m, Measurement):
         return Measurement.failure("error", "ProtocolError",
                                    f"{backend!r}.measure returned {type(m).__name__}, not a Measurement")
+    if not isinstance(m.status, str) or m.status not in RECORDS:  # a list status is unhashable
+        # A bookkeeping status (interrupted, cached, duplicate) or an unknown one is not a record: the config
+        # would stay untaken and unbudgeted, so the strategy proposed it again and tune looped forever.  The
+        # worker path (measurement_from_reply) already turns such statuses into an error record.
+        return Measurement.failure("error", "ProtocolError",
+                                   f"{backend!r}.measure returned status {str(m.status)[:100]!r}, not ok or a "
+                                   f"measured failure")
     return m
 
 

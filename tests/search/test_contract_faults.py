@@ -230,3 +230,24 @@ def test_a_seed_beyond_32_bits_is_refused_by_name(strategy: str) -> None:
     with pytest.raises(ValueError, match=r"tune: seed=4294967296; expected an int with 0 <= seed < 2\*\*32"):
         S.tune(toy_func(), "h100", trials=2, strategy=strategy, storage="memory",
                backend=S.ReplayBackend(toy_table()), rule=ToyRule(), quiet=True, seed=2**32)
+
+
+class OddStatus(CountingReplay):
+    """Returns a Measurement whose status is no record: a bookkeeping one, an unknown one, a list."""
+
+    def __init__(self, status: Any) -> None:
+        super().__init__(toy_table())
+        self.status = status
+
+    def measure(self, config: Config, schedule: Schedule | None) -> S.Measurement:
+        self.measured.append(dict(config))
+        return S.Measurement(self.status)
+
+
+@pytest.mark.parametrize("status", ["interrupted", "cached", "weird", ["ok"]])
+def test_a_measurement_with_a_status_that_is_no_record_becomes_an_error_record(status: Any) -> None:
+    backend = OddStatus(status)
+    res = _tune_bounded(trials=5, strategy="random", storage="memory", backend=backend, features="knobs")
+    assert len(backend.measured) == 5, "a status that is no record left the config measurable: it looped"
+    rec = res.records
+    assert len(rec) == 5 and (rec["status"] == "error").all() and (rec["error_type"] == "ProtocolError").all()
