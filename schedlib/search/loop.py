@@ -201,6 +201,18 @@ class Tuner:
         for r in best:
             schedule = self.rule.apply(self.func, self.profile, r.config) if self.backend.needs_schedule else None
             items.append((r.config, schedule))
-        results = self.backend.rebenchmark(items)
-        for (config, _), m in zip(items, results or []):
+        # The re-benchmark is a refinement of times already recorded: a user backend whose rebenchmark raises
+        # or returns something that is not a Measurement used to end tune() with a traceback after the whole
+        # search.  Now the first measurements stand (as for a failed re-benchmark) and a warning says why.
+        try:
+            results = list(self.backend.rebenchmark(items) or [])
+        except Exception as exc:
+            log.warning("tune: %r.rebenchmark raised (%s: %s); the first measurements stand", self.backend,
+                        type(exc).__name__, exc)
+            return
+        for (config, _), m in zip(items, results):
+            if not isinstance(m, Measurement):
+                log.warning("tune: %r.rebenchmark returned %s for %s, not a Measurement; its first measurement "
+                            "stands", self.backend, type(m).__name__, config)
+                continue
             self.study.set_user_attr(f"rebench:{self.codec.key(config)}", m.user_attrs())

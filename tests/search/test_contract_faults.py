@@ -251,3 +251,33 @@ def test_a_measurement_with_a_status_that_is_no_record_becomes_an_error_record(s
     assert len(backend.measured) == 5, "a status that is no record left the config measurable: it looped"
     rec = res.records
     assert len(rec) == 5 and (rec["status"] == "error").all() and (rec["error_type"] == "ProtocolError").all()
+
+
+class BadRebenchmark(S.ReplayBackend):
+    """Measures from the toy table; its rebenchmark raises, returns junk, or returns junk beside a time."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__(toy_table())
+        self.mode = mode
+
+    def rebenchmark(self, items: list[tuple[Config, Schedule | None]]) -> list[S.Measurement] | None:
+        if self.mode == "raise":
+            raise RuntimeError("the device went away")
+        if self.mode == "not-a-list":
+            return 7  # type: ignore[return-value]
+        return ["fast", *[S.Measurement("ok", 0.5) for _ in items[1:]]]  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("mode", ["raise", "not-a-list", "junk-entry"])
+def test_a_rebenchmark_that_breaks_its_contract_leaves_the_first_measurements(
+        tmp_path: Any, caplog: pytest.LogCaptureFixture, mode: str) -> None:
+    db = tmp_path / "rebench.sqlite3"
+    with caplog.at_level(logging.WARNING, logger="schedlib.search"):
+        res = _tune_bounded(trials=6, strategy="grid", storage=db, backend=BadRebenchmark(mode), features="knobs")
+    assert any("rebenchmark" in r.getMessage() for r in caplog.records)
+    ok = res.records[res.records["status"] == "ok"]
+    if mode == "junk-entry":  # the good entries are kept; the fastest record's junk entry leaves its time alone
+        assert res.best_time_us == 0.5
+    else:
+        assert res.best_time_us == ok["time_us"].min()
+    assert S.apply_best(toy_func(), "h100", db, rule=ToyRule()) is not None
