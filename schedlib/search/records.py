@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,25 @@ class Measurement:
     figures: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # A backend's numbers are often numpy scalars (a cupy event time is a float32, a median an int64), its
+        # error an exception object.  Stored as given they broke the record: JSON storages raised TypeError
+        # out of tune() (the trial became interrupted and a rerun measured it again), and in memory the ok
+        # record was skipped as "not a number".  So every field is made the plain type it is stored as.
+        for name in ("time_us", "p20_us", "p80_us"):
+            value = getattr(self, name)
+            if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+                setattr(self, name, float(value))
+            elif name != "time_us" or self.status != OK:
+                setattr(self, name, math.inf)  # a missing spread (None) is no spread
+            else:
+                raise ValueError(f"an ok measurement needs a finite positive time, got {value!r}")
+        if self.error_type is not None and not isinstance(self.error_type, str):
+            self.error_type = getattr(self.error_type, "__name__", None) or str(self.error_type)
+        if self.error is not None and not isinstance(self.error, str):
+            self.error = str(self.error)
+        self.wall_s = float(self.wall_s) if isinstance(self.wall_s, numbers.Real) and math.isfinite(self.wall_s) \
+            else 0.0
+        self.figures = dict(self.figures) if isinstance(self.figures, Mapping) else {}
         if self.status != OK:
             self.time_us = self.p20_us = self.p80_us = math.inf
         elif not (math.isfinite(self.time_us) and self.time_us > 0):
@@ -85,7 +105,7 @@ class Measurement:
     def failure(cls, status: str, error_type: str | None, error: str, wall_s: float = 0.0) -> Measurement:
         if status not in MEASURED_FAILURES and status != ILLEGAL:
             raise ValueError(f"unknown failure status {status!r}; expected one of {sorted(MEASURED_FAILURES)}")
-        return cls(status, error_type=error_type, error=error[:2000], wall_s=wall_s)
+        return cls(status, error_type=error_type, error=str(error)[:2000], wall_s=wall_s)
 
     @classmethod
     def from_times(cls, times_us: Sequence[float], wall_s: float = 0.0, **figures: float) -> Measurement:
@@ -104,7 +124,8 @@ class Measurement:
         return {"status": self.status, "time_us": num(self.time_us), "p20_us": num(self.p20_us),
                 "p80_us": num(self.p80_us), "error_type": self.error_type, "error": self.error,
                 "wall_s": round(self.wall_s, 6),
-                "figures": {k: float(v) for k, v in self.figures.items() if isinstance(v, (int, float))}}
+                "figures": {str(k): float(v) for k, v in self.figures.items()
+                            if isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))}}
 
 
 def _num(value: Any) -> float:

@@ -10,6 +10,7 @@ import math
 import threading
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 
@@ -21,7 +22,7 @@ from schedlib.search.backends.worker import measurement_from_reply
 from schedlib.search.records import COUNTED
 
 from . import malformed_handler
-from .helpers import CountingReplay, ToyRule, toy_func, toy_table
+from .helpers import CountingReplay, ToyRule, toy_func, toy_table, toy_time
 
 LEGAL = 45  # the toy space's legal points
 BOUND_S = 60.0  # a test whose tune() has not ended by then fails (the old code looped forever)
@@ -281,3 +282,44 @@ def test_a_rebenchmark_that_breaks_its_contract_leaves_the_first_measurements(
     else:
         assert res.best_time_us == ok["time_us"].min()
     assert S.apply_best(toy_func(), "h100", db, rule=ToyRule()) is not None
+
+
+NUMPY_FIELDS = {  # what a backend built on numpy/cupy hands back, and what a hurried one passes as its error
+    "float32-time": lambda c: S.Measurement("ok", np.float32(toy_time(c))),
+    "int64-time": lambda c: S.Measurement("ok", np.int64(toy_time(c))),
+    "float32-spread": lambda c: S.Measurement("ok", toy_time(c), np.float32(1.0), np.float32(99.0)),
+    "exception-as-error": lambda c: S.Measurement("error", error_type=ValueError, error=ValueError("boom")),
+    "no-wall-no-figures": lambda c: S.Measurement("ok", toy_time(c), wall_s=None, figures=None),
+}
+
+
+class NumpyFields(CountingReplay):
+    def __init__(self, make: Any) -> None:
+        super().__init__(toy_table())
+        self.make = make
+
+    def measure(self, config: Config, schedule: Schedule | None) -> S.Measurement:
+        self.measured.append(dict(config))
+        return self.make(config)
+
+
+@pytest.mark.parametrize("storage", ["memory", "db.journal"])
+@pytest.mark.parametrize("case", list(NUMPY_FIELDS))
+def test_a_measurement_of_numpy_scalars_or_objects_is_recorded_as_plain_json(tmp_path: Any, case: str,
+                                                                            storage: str) -> None:
+    where = storage if storage == "memory" else tmp_path / storage
+    backend = NumpyFields(NUMPY_FIELDS[case])
+    res = _tune_bounded(trials=4, strategy="grid", storage=where, backend=backend, features="knobs")
+    rec = res.records
+    assert len(rec) == 4 and len(backend.measured) == 4
+    if case == "exception-as-error":
+        assert (rec["status"] == "error").all() and (rec["error_type"] == "ValueError").all()
+        assert (rec["error"] == "boom").all()
+    else:  # every ok record is kept, its time a float equal to the table's
+        assert (rec["status"] == "ok").all()
+        assert [type(t) for t in rec["time_us"]] == [float] * 4
+        assert res.best_time_us == min(toy_time(c) for c in rec["config"])
+    if storage != "memory":  # recorded, not interrupted: a rerun measures nothing again
+        again = NumpyFields(NUMPY_FIELDS[case])
+        _tune_bounded(trials=4, strategy="grid", storage=where, backend=again, features="knobs")
+        assert again.measured == []
