@@ -79,7 +79,9 @@ class TuningKey:
 
     @classmethod
     def parse(cls, name: str) -> TuningKey | None:
-        parts = name.split("|")
+        # the backend comes last and is a user's Backend.key, free text: a '|' in it belongs to it (split
+        # on every '|', a study tuned with backend key "cuda|v2" was never found by apply_best)
+        parts = name.split("|", 7)
         if (len(parts) != 8 or parts[0] != PREFIX or not parts[2].startswith("k") or not parts[5].startswith("v")
                 or not parts[6].startswith("s")):
             return None  # not ours, or written by a schedlib whose keys had another layout

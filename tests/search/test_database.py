@@ -164,3 +164,21 @@ def test_records_of_another_knob_space_are_neither_resumed_nor_applied(tmp_path:
     assert all("unroll" in c for c in backend.measured)
     assert S.apply_best(func, "h100", storage, rule=new_rule).config["unroll"] in (1, 2)
     assert S.apply_best(func, "h100", storage, rule=ToyRule()).config == old.best_config
+
+
+class PipedKey(CountingReplay):
+    """A user backend whose key holds the study name's separator."""
+
+    @property
+    def key(self) -> str:
+        return "cuda|v2"
+
+
+def test_a_backend_key_with_a_bar_is_found_by_apply_best(tmp_path: Path) -> None:
+    func, table = matmul_table(256, 256, 256)
+    db = tmp_path / "bar.sqlite3"
+    res = S.tune(func, "h100", trials=4, strategy="random", storage=db, backend=PipedKey(table), quiet=True,
+                 topk=0, features="knobs")
+    assert S.TuningKey.parse(res.key.study_name) == res.key
+    best = S.apply_best(func, "h100", db, backend="cuda|v2")
+    assert best is not None and S.apply_best(func, "h100", db) is not None
