@@ -171,6 +171,36 @@ def _check_file(path: Path, create: bool, label: str) -> None:
         raise NoRecordError(f"tuning storage {label} does not exist (nothing has been tuned into it)")
 
 
+# Tables only Optuna's schema has ("trials" alone is too common a name).  Optuna creates "studies" first (the
+# other tables refer to it), so a database another process is setting up right now never looks foreign.
+OPTUNA_TABLES = frozenset({"studies", "version_info", "alembic_version", "study_directions", "trial_values",
+                           "trial_params", "trial_user_attributes", "study_user_attributes"})
+
+
+def _check_sqlite_tables(path: Path, create: bool, label: str) -> None:
+    """Refuse an SQLite file that holds another program's tables, and (``create=False``) one with no tables.
+
+    Why: RDBStorage creates Optuna's tables in whatever database it is given.  An application's database that
+    happened to have a ``trials`` table was altered by apply_best (which must never write) and then failed in
+    tune with Optuna's StorageInternalError; an empty file got a schema from apply_best."""
+    import sqlite3
+
+    if not path.is_file() or path.stat().st_size == 0:
+        tables: set[str] = set()
+    else:
+        try:
+            with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.Error:
+            return  # not a database, locked, unreadable: opening it reports that, naming the file
+    if tables and not tables & OPTUNA_TABLES:
+        shown = ", ".join(sorted(tables)[:6]) + (", ..." if len(tables) > 6 else "")
+        raise StorageError(f"tuning storage {label} is an SQLite database of something else (tables: {shown}), "
+                           f"not a tuning database; give another file")
+    if not create and not tables:
+        raise NoRecordError(f"tuning storage {label} is empty (nothing has been tuned into it)")
+
+
 def _first_bad_journal_line(path: Path, exc: BaseException) -> str:
     """Where a journal stops being operations, for the message (Optuna's error names no line): the first
     line that is not JSON, or not an object with a known ``op_code``."""
@@ -300,6 +330,7 @@ def _open_url(text: str, create: bool) -> tuple[BaseStorage, Path | None]:
     if text.startswith("sqlite:///") and not _in_memory(text):
         path = Path(text.split(":///", 1)[1])
         _check_file(path, create, label)
+        _check_sqlite_tables(path, create, label)
     try:
         storage = _sqlite_storage(text) if text.startswith("sqlite:") else RDBStorage(text)
     except _read_errors() as exc:
@@ -343,6 +374,7 @@ def resolve_storage(storage: Any, create: bool = True) -> tuple[BaseStorage, Pat
                            f"({exc.strerror or exc})") from exc
     if path.suffix.lower() in JOURNAL_SUFFIXES:
         return _open_journal(path, repair=create), lock_path(path)
+    _check_sqlite_tables(path, create, str(path))
     try:
         return _sqlite_storage(f"sqlite:///{path}"), lock_path(path)
     except _read_errors() as exc:

@@ -211,3 +211,28 @@ def test_a_database_another_process_is_creating_is_opened_once_its_schema_is_the
     with pytest.raises(StorageError, match="cannot be opened as an SQLite database"):
         storage_mod.resolve_storage(str(tmp_path / "other.sqlite3"))
     assert len(calls) == storage_mod.SCHEMA_RACE_TRIES
+
+
+@pytest.mark.parametrize("form", ["path", "url"])
+def test_another_programs_sqlite_database_is_refused_and_left_unchanged(tmp_path: Path, form: str) -> None:
+    db = tmp_path / "app.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE trials (x INTEGER)")  # a name Optuna's schema uses too
+        conn.execute("INSERT INTO trials VALUES (1)")
+    storage = str(db) if form == "path" else f"sqlite:///{db}"
+    with pytest.raises(StorageError, match=r"SQLite database of something else.*trials"):
+        S.apply_best(toy_func(), "h100", storage)
+    with pytest.raises(StorageError, match="SQLite database of something else"):
+        S.tune(toy_func(), "h100", trials=1, storage=storage, quiet=True, warm_start=False)
+    with sqlite3.connect(db) as conn:  # neither call added Optuna's tables to it
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["trials"]
+
+
+def test_apply_best_on_an_empty_file_writes_no_schema(tmp_path: Path) -> None:
+    db = tmp_path / "empty.sqlite3"
+    db.touch()
+    with pytest.raises(S.NoRecordError, match="is empty"):
+        S.apply_best(toy_func(), "h100", db)
+    assert db.stat().st_size == 0
+    res = S.tune(toy_func(), "h100", trials=1, storage=db, quiet=True, warm_start=False)  # tune may start it
+    assert S.apply_best(toy_func(), "h100", db) is not None and len(res.records) == 1
