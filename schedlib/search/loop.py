@@ -11,6 +11,7 @@ import contextlib
 import logging
 import math
 import random
+import threading
 import time
 from typing import Any
 
@@ -205,10 +206,14 @@ class Tuner:
         # or returns something that is not a Measurement used to end tune() with a traceback after the whole
         # search.  Now the first measurements stand (as for a failed re-benchmark) and a warning says why.
         try:
-            results = list(self.backend.rebenchmark(items) or [])
+            results = self._rebenchmark_results(items)
         except Exception as exc:
             log.warning("tune: %r.rebenchmark raised (%s: %s); the first measurements stand", self.backend,
                         type(exc).__name__, exc)
+            return
+        if results is None:
+            log.warning("tune: %r.rebenchmark did not return within timeout_per_trial=%g s per config; the first "
+                        "measurements stand", self.backend, self.watchdog_s)
             return
         for (config, _), m in zip(items, results):
             if not isinstance(m, Measurement):
@@ -216,3 +221,26 @@ class Tuner:
                             "stands", self.backend, type(m).__name__, config)
                 continue
             self.study.set_user_attr(f"rebench:{self.codec.key(config)}", m.user_attrs())
+
+    def _rebenchmark_results(self, items: list[tuple[Config, Any]]) -> list[Any] | None:
+        """``backend.rebenchmark(items)`` as a list; None when it outlived the watchdog.  Why a watchdog here
+        too: timeout_per_trial promises that an in-process backend cannot hang tune(), and a rebenchmark that
+        hung after the search kept the call (and its result) from ever returning."""
+        if self.watchdog_s is None:
+            return list(self.backend.rebenchmark(items) or [])
+        box: list[Any] = []
+
+        def call() -> None:
+            try:
+                box.append(list(self.backend.rebenchmark(items) or []))
+            except Exception as exc:  # handed to the caller, which warns
+                box.append(exc)
+
+        thread = threading.Thread(target=call, name="schedlib-rebenchmark", daemon=True)
+        thread.start()
+        thread.join(self.watchdog_s * len(items))
+        if thread.is_alive() or not box:
+            return None
+        if isinstance(box[0], Exception):
+            raise box[0]
+        return box[0]

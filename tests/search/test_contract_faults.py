@@ -323,3 +323,27 @@ def test_a_measurement_of_numpy_scalars_or_objects_is_recorded_as_plain_json(tmp
         again = NumpyFields(NUMPY_FIELDS[case])
         _tune_bounded(trials=4, strategy="grid", storage=where, backend=again, features="knobs")
         assert again.measured == []
+
+
+class HangingRebenchmark(S.ReplayBackend):
+    """Measures from the toy table at once; its rebenchmark never returns (until the test releases it)."""
+
+    def __init__(self) -> None:
+        super().__init__(toy_table())
+        self.release = threading.Event()
+
+    def rebenchmark(self, items: list[tuple[Config, Schedule | None]]) -> list[S.Measurement] | None:
+        self.release.wait(BOUND_S * 2)
+        return None
+
+
+def test_timeout_per_trial_also_bounds_a_hanging_rebenchmark(caplog: pytest.LogCaptureFixture) -> None:
+    backend = HangingRebenchmark()
+    try:
+        with caplog.at_level(logging.WARNING, logger="schedlib.search"):
+            res = _tune_bounded(trials=4, strategy="grid", storage="memory", backend=backend, features="knobs",
+                                timeout_per_trial=0.2, rebenchmark_top=2)
+    finally:
+        backend.release.set()
+    assert len(res.records) == 4 and res.best_time_us == res.records["time_us"].min()
+    assert any("rebenchmark did not return" in r.getMessage() for r in caplog.records)
