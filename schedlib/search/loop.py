@@ -85,7 +85,8 @@ class Tuner:
         self._current = trial
         config = self.codec.decode(trial.params)
         source = trial.user_attrs.get("source") or self.ctx.sources.pop(trial.number, self.strategy.name)
-        claim = {"config": config, "config_key": self.codec.key(config), "source": source, "worker": self.worker,
+        # the claim keeps a copy: what the backend is handed below may be changed in place by it
+        claim = {"config": dict(config), "config_key": self.codec.key(config), "source": source, "worker": self.worker,
                  "backend": self.backend.key}
         self._claims[trial.number] = claim
         trial.set_user_attr(ATTR, claim)  # the key is now visible to every worker: the config is claimed
@@ -140,11 +141,15 @@ class Tuner:
         return False
 
     def _measure(self, config: Config) -> Measurement:
+        # A backend (or rule) may use the config in place, e.g. pop knobs to pass the rest as kernel kwargs.
+        # Handed the tuner's own dict, that rewrote the stored record, whose config then no longer matched its
+        # key: every record was skipped as malformed and the configs were measured again.  Each gets a copy.
+        config = dict(config)
         schedule = None
         if self.backend.needs_schedule:
             start = time.perf_counter()
             try:
-                schedule = self.rule.apply(self.func, self.profile, config)
+                schedule = self.rule.apply(self.func, self.profile, dict(config))
             except Exception as exc:  # a rule that cannot build a legal config is a typed failure
                 return Measurement.failure("schedule_error", type(exc).__name__, str(exc),
                                            time.perf_counter() - start)
@@ -201,7 +206,7 @@ class Tuner:
         items = []
         for r in best:
             schedule = self.rule.apply(self.func, self.profile, r.config) if self.backend.needs_schedule else None
-            items.append((r.config, schedule))
+            items.append((dict(r.config), schedule))
         # The re-benchmark is a refinement of times already recorded: a user backend whose rebenchmark raises
         # or returns something that is not a Measurement used to end tune() with a traceback after the whole
         # search.  Now the first measurements stand (as for a failed re-benchmark) and a warning says why.
@@ -215,12 +220,12 @@ class Tuner:
             log.warning("tune: %r.rebenchmark did not return within timeout_per_trial=%g s per config; the first "
                         "measurements stand", self.backend, self.watchdog_s)
             return
-        for (config, _), m in zip(items, results):
+        for r, m in zip(best, results):  # keyed by the record's own config: the backend had copies
             if not isinstance(m, Measurement):
                 log.warning("tune: %r.rebenchmark returned %s for %s, not a Measurement; its first measurement "
-                            "stands", self.backend, type(m).__name__, config)
+                            "stands", self.backend, type(m).__name__, r.config)
                 continue
-            self.study.set_user_attr(f"rebench:{self.codec.key(config)}", m.user_attrs())
+            self.study.set_user_attr(f"rebench:{self.codec.key(r.config)}", m.user_attrs())
 
     def _rebenchmark_results(self, items: list[tuple[Config, Any]]) -> list[Any] | None:
         """``backend.rebenchmark(items)`` as a list; None when it outlived the watchdog.  Why a watchdog here

@@ -347,3 +347,30 @@ def test_timeout_per_trial_also_bounds_a_hanging_rebenchmark(caplog: pytest.LogC
         backend.release.set()
     assert len(res.records) == 4 and res.best_time_us == res.records["time_us"].min()
     assert any("rebenchmark did not return" in r.getMessage() for r in caplog.records)
+
+
+class MutatesConfig(CountingReplay):
+    """Turns the config it is handed into kernel arguments in place (pops a knob, adds a key)."""
+
+    def measure(self, config: Config, schedule: Schedule | None) -> S.Measurement:
+        m = super().measure(config, schedule)
+        config.pop("fixed")
+        config["stream"] = 0
+        return m
+
+    def rebenchmark(self, items: list[tuple[Config, Schedule | None]]) -> list[S.Measurement] | None:
+        for config, _ in items:
+            config.clear()
+        return [S.Measurement("ok", 1.0) for _ in items]
+
+
+def test_a_backend_that_changes_its_config_argument_does_not_change_the_record(tmp_path: Any) -> None:
+    db = tmp_path / "mutate.journal"
+    backend = MutatesConfig(toy_table())
+    res = _tune_bounded(trials=5, strategy="grid", storage=db, backend=backend, features="knobs")
+    assert len(res.records) == 5 and (res.records["status"] == "ok").all()
+    assert all(c["fixed"] is True and "stream" not in c for c in res.records["config"])
+    assert res.best_time_us == 1.0  # the re-benchmark is keyed by the record's own config
+    again = MutatesConfig(toy_table())
+    _tune_bounded(trials=5, strategy="grid", storage=db, backend=again, features="knobs")
+    assert again.measured == []
