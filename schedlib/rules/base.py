@@ -36,6 +36,14 @@ class Knob:
     values: tuple[Any, ...]
     doc: str = ""
 
+    def __post_init__(self) -> None:
+        # Values built with numpy (tuple(np.arange(1, 5))) are numpy scalars, but a config is plain JSON: a
+        # config read back is plain, and legality compares types (_one_of), so every such point was rejected
+        # as illegal in memory and storing one raised "int64 is not JSON serializable".  Hold plain values.
+        if any(isinstance(v, np.generic) for v in self.values):
+            object.__setattr__(self, "values", tuple(v.item() if isinstance(v, np.generic) else v
+                                                     for v in self.values))
+
 
 @dataclass(frozen=True)
 class Space:

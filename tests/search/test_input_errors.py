@@ -4,11 +4,13 @@ as a recording, and configs the cost model cannot read; and no cost model before
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import schedlib.search as S
 from schedlib.errors import SchedlibError
+from schedlib.rules.base import Config, Knob, Space
 from schedlib.search.tune import MODEL_MIN_TRAIN
 
 from .helpers import ToyRule, toy_func, toy_table
@@ -75,3 +77,35 @@ def test_predict_names_what_a_config_lacks() -> None:
         model.predict([{**good, "a": "x"}])
     illegal = {"a": 3, "b": 3, "c": 1, "fixed": True}  # a + b > 5: not a point, still a candidate to rank
     assert len(model.predict([good, illegal])) == 2
+
+
+class NumpyKnobs(ToyRule):
+    """A user rule whose knob values were built with numpy (np.arange, an array of floats)."""
+
+    name = "numpy-knobs"
+
+    def space(self, func: Any, target: Any) -> Space:
+        import numpy as np
+
+        return Space(self.name, (Knob("a", tuple(np.arange(1, 5))), Knob("b", tuple(np.array([0.5, 1.0, 2.0])))))
+
+    def default_config(self, func: Any, target: Any) -> Config:
+        return {"a": 1, "b": 0.5}
+
+
+class ByKnobs(S.Backend):
+    name = "by-knobs"
+
+    def measure(self, config: Config, schedule: Any) -> S.Measurement:
+        return S.Measurement("ok", 1.0 + config["a"] * config["b"])
+
+
+@pytest.mark.parametrize("storage", ["memory", "db.journal"])
+def test_a_rule_with_numpy_knob_values_is_tuned_and_applied(tmp_path: Path, storage: str) -> None:
+    where = storage if storage == "memory" else tmp_path / storage
+    res = S.tune(toy_func(), "h100", trials=5, strategy="grid", storage=where, backend=ByKnobs(), rule=NumpyKnobs(),
+                 quiet=True, topk=0, features="knobs")
+    assert len(res.records) == 5 and (res.records["status"] == "ok").all(), res.records["status"].tolist()
+    assert res.best_config == {"a": 1, "b": 0.5} and type(res.best_config["a"]) is int
+    if storage != "memory":
+        assert S.apply_best(toy_func(), "h100", where, rule=NumpyKnobs()) is not None
