@@ -41,6 +41,7 @@ RECORDS = COUNTED | {ILLEGAL}
 
 SCALAR_COLUMNS = ("trial", "number", "status", "time_us", "p20_us", "p80_us", "error_type", "error", "source",
                   "wall_s", "overhead_s", "backend", "worker", "config_key")
+RESERVED_COLUMNS = frozenset({*SCALAR_COLUMNS, "config"})  # no knob may be named like these (see tune)
 
 
 def config_key(config: Mapping[str, Any]) -> str:

@@ -49,7 +49,7 @@ from schedlib.search.database import (
     storage_label,
 )
 from schedlib.search.loop import Tuner
-from schedlib.search.records import OK, history_series, records_frame, trial_rows
+from schedlib.search.records import OK, RESERVED_COLUMNS, history_series, records_frame, trial_rows
 from schedlib.search.strategies import STRATEGIES, GuidedSampler, make_strategy
 
 log = logging.getLogger("schedlib.search")
@@ -186,6 +186,12 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
     profile = resolve(target)
     chosen = pick_rule(func, profile, rule)
     codec = SpaceCodec(chosen.space(func, profile))
+    # records has one column per knob beside its own columns: a knob named "status" ended tune() with a
+    # TypeError from pandas, one named "source" or "trial" showed the record's value in place of the knob's
+    clash = [n for n in codec.names if n in RESERVED_COLUMNS]
+    if clash:
+        raise ValueError(f"tune: rule {chosen.name} has knob(s) {clash} named like columns of the records table "
+                         f"({sorted(RESERVED_COLUMNS)}); rename the knob(s)")
     if replay is not None:
         if backend not in ("replay", "estimate"):  # "estimate" is the default: replay= alone is enough
             raise ValueError(f"tune: replay={os.fspath(replay)!r} goes with backend='replay', not {backend!r}")

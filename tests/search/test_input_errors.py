@@ -109,3 +109,25 @@ def test_a_rule_with_numpy_knob_values_is_tuned_and_applied(tmp_path: Path, stor
     assert res.best_config == {"a": 1, "b": 0.5} and type(res.best_config["a"]) is int
     if storage != "memory":
         assert S.apply_best(toy_func(), "h100", where, rule=NumpyKnobs()) is not None
+
+
+class ClashingKnob(ToyRule):
+    """A user rule with a knob named like a column of the records table."""
+
+    name = "clashing"
+
+    def __init__(self, knob: str) -> None:
+        self.knob = knob
+
+    def space(self, func: Any, target: Any) -> Space:
+        return Space(self.name, (Knob(self.knob, (1, 2, 4)), Knob("b", (1, 2))))
+
+    def default_config(self, func: Any, target: Any) -> Config:
+        return {self.knob: 1, "b": 1}
+
+
+@pytest.mark.parametrize("knob", ["status", "trial", "source", "config"])
+def test_a_knob_named_like_a_records_column_is_refused_by_name(knob: str) -> None:
+    with pytest.raises(ValueError, match=f"knob\\(s\\) \\['{knob}'\\] named like columns of the records table"):
+        S.tune(toy_func(), "h100", trials=3, strategy="random", storage="memory", backend=ByKnobs(),
+               rule=ClashingKnob(knob), quiet=True, topk=0, features="knobs")
