@@ -9,6 +9,12 @@ them with no ordering between the blocks.  The reference executor runs loops in 
 so the build refuses it.  Registers (local buffers) are private to each thread in the same way: a reader
 outside a thread loop that spread the writer's outputs over the threads is refused too.  Loops of extent 1
 hold one iteration for everyone and are left out.
+
+Two writers of one global buffer in one kernel obey the same rule: a writer outside a ``blockIdx`` loop of the
+other runs in every CUDA block, over the parts the other blocks write (an init split off by
+``decompose_reduction`` above the ``blockIdx`` loop of its update zeroes the other blocks' sums: the emulator,
+which runs the blocks one after another, gave 0 for them; a GPU races).  Shared and local buffers are each
+block's own, so only global ones are checked.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from schedlib.ir.func import Func
 
 def check_grid_locality(func: Func) -> None:
     """Refuse a reader placed outside a ``blockIdx`` loop of a writer of the same kernel, or, for a local
-    buffer, outside a spatial ``threadIdx`` loop of its writer."""
+    buffer, outside a spatial ``threadIdx`` loop of its writer; and a writer of a global buffer outside a
+    ``blockIdx`` loop of another writer of it in the same kernel."""
+    _check_writers(func)
     for reader in func.blocks:
         around = {lp.name for lp in func.all_loops(reader)}
         for name in reader.read_buffers:
@@ -52,3 +60,26 @@ def check_grid_locality(func: Func) -> None:
                             f"loop {lp.name} bound to {lp.thread}, each thread its own part; {reader.name} is "
                             f"not inside that loop, so each thread would read parts only other threads hold.  "
                             f"Attach {reader.name} inside {lp.name}, or use shared memory")
+
+
+def _check_writers(func: Func) -> None:
+    """Refuse a global buffer's writer that runs in every CUDA block (outside a ``blockIdx`` loop) while another
+    writer of the same kernel splits the buffer over those blocks (inside it)."""
+    for buf in func.buffers:
+        if buf.scope != "global" or buf.name in func.inputs:
+            continue
+        writers = func.producers(buf.name)
+        for inner in writers:
+            for outer in writers:
+                if outer.name == inner.name or func.root_of(outer) is not func.root_of(inner):
+                    continue
+                around = {lp.name for lp in func.all_loops(outer)}
+                for lp in func.all_loops(inner):
+                    if lp.thread is None or not lp.thread.startswith("blockIdx") or lp.name in around \
+                            or as_int(lp.extent) == 1:
+                        continue
+                    raise BuildError(
+                        f"block {outer.name} writes {buf.name} (global) outside loop {lp.name} bound to {lp.thread}, "
+                        f"inside which {inner.name} writes it too: every CUDA block would run {outer.name} over the "
+                        f"parts the other blocks write, with no order between them.  Attach {outer.name} inside "
+                        f"{lp.name} (decompose_reduction at a loop inside it), or give it a kernel of its own")

@@ -398,3 +398,32 @@ def test_a_block_attached_inside_a_cross_thread_reduction_is_refused_with_the_fi
     with pytest.raises(sl.BuildError, match=r"R_rf is attached at R.v_r_1, inside its cross-thread reduction .* "
                                             r"attach it at a loop outside the reduce loops \(the blockIdx loop\)"):
         sl.build(s, "h100")
+
+
+def _init_outside_the_blockidx_loop() -> sl.Schedule:
+    """A batched matmul whose init is split off at C.i, above C.j, and C.j bound to blockIdx.x: the batch loop
+    holds both in one kernel, so every CUDA block runs the init over the whole batch slice."""
+    s = sl.Schedule(sl.workloads.matmul(2, 4, 3, batch=2))
+    _, i, j, _ = s.get_loops("C")
+    s.decompose_reduction("C", i)
+    s.bind(j, "blockIdx.x")
+    return s
+
+
+def test_a_second_writer_outside_a_blockidx_loop_of_the_first_is_refused() -> None:
+    """C_init zeroes every column in every CUDA block, over the sums other blocks have accumulated (the emulator
+    gave 0 for 12 of 16 outputs, blocks running one after another; on a GPU, a race)."""
+    with pytest.raises(sl.BuildError, match=r"block C_init writes C \(global\) outside loop C\.j bound to "
+                                            r"blockIdx\.x, inside which C writes it too"):
+        sl.build(_init_outside_the_blockidx_loop(), "h100")
+
+
+@pytest.mark.emulator
+def test_the_init_inside_the_blockidx_loop_builds_and_is_right() -> None:
+    s = sl.Schedule(sl.workloads.matmul(2, 4, 3, batch=2))
+    _, _, j, k = s.get_loops("C")
+    s.decompose_reduction("C", k)
+    s.bind(j, "blockIdx.x")
+    rng = np.random.default_rng(0)
+    a, b = rng.random((2, 2, 3), np.float32), rng.random((2, 3, 4), np.float32)
+    np.testing.assert_allclose(sl.build(s, "h100").run_cpu(a, b, bounds_check=True), a @ b, rtol=1e-5)
