@@ -51,8 +51,47 @@ def _interval(index: Expr, varying: dict[str, Expr]) -> Interval | None:
                 lo = lo + min(k * b[0], k * b[1])
                 hi = hi + max(k * b[0], k * b[1])
                 continue
+        scaled = _scaled_interval(atom, varying)
+        if scaled is not None:
+            # loops times a symbolic step (split(i, [2, 2, None]) over a symbolic n: (i_0 * 2 + i_1) * ((n + 3) // 4));
+            # without this the box fell back to the whole dimension, which a reader under a loop bound to
+            # blockIdx or threadIdx reads from memory that other CUDA blocks or threads wrote
+            base_x, lo_x, hi_x = scaled
+            base_terms[base_x] = base_terms.get(base_x, 0) + k
+            lo = lo + (k * lo_x if k > 0 else k * hi_x)
+            hi = hi + (k * hi_x if k > 0 else k * lo_x)
+            continue
         return None
     return from_affine(base_terms, c), simplify(lo), simplify(hi)
+
+
+def _scaled_interval(atom: Expr, varying: dict[str, Expr]) -> Interval | None:
+    """``x * step`` with ``x`` over the varying loops and ``step`` over neither them nor anything that can be
+    negative: ``x``'s interval, each part times ``step`` (which keeps lo <= hi)."""
+    if not (isinstance(atom, Binary) and atom.op == "*"):
+        return None
+    for x, step in ((atom.a, atom.b), (atom.b, atom.a)):
+        if free_vars(step) & varying.keys() or not _nonnegative(step):
+            continue
+        inner = _interval(x, varying)
+        if inner is None:
+            return None
+        base, lo, hi = inner
+        return simplify(base * step), simplify(lo * step), simplify(hi * step)
+    return None
+
+
+def _nonnegative(e: Expr) -> bool:
+    """True for an expression built of variables (symbols are sizes, loops count from 0: never negative),
+    non-negative constants, ``+``, ``*`` and ``//``: the steps that a split of a symbolic extent puts into its
+    indices."""
+    if isinstance(e, Const):
+        return as_int(e) is not None and as_int(e) >= 0
+    if isinstance(e, Var):
+        return True
+    if isinstance(e, Binary) and e.op in ("+", "*", "//"):
+        return _nonnegative(e.a) and _nonnegative(e.b)
+    return False
 
 
 def access_region(func: Func, accesses: Sequence[tuple[Block, Sequence[Expr]]], fixed: set[str],

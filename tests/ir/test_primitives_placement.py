@@ -339,3 +339,22 @@ def test_compute_at_after_decompose_is_rejected() -> None:
         s.compute_at("T_max", "T_exp.i")
     assert len(s.trace) == 1
     assert_same_result(s.original, s)
+
+
+@pytest.mark.parametrize("scope", ["shared", "local"])
+def test_reverse_compute_at_bounds_a_tile_of_a_symbolic_split_per_cuda_block(scope: str) -> None:
+    """``split(i, [2, 2, None])`` over a symbolic n writes ``(i_0 * 2 + i_1) * ((n + 3) // 4) + i_2``: a loop
+    times a symbolic step.  The write-back of one blockIdx.x iteration covers its 2 * ((n + 3) // 4) elements;
+    a region of the whole of n made each CUDA block copy the other block's part from its own (never written)
+    shared memory or registers: NaN for half the outputs of the reference run, and for a global buffer a
+    cross-block race on the GPU."""
+    n = sl.var("n")
+    A = sl.placeholder((n,), "float32", "A")
+    f = sl.func([A, sl.compute((n,), lambda i: A[i] * 2.0, "C")], "scale")
+    s = sl.Schedule(f)
+    i0, _, _ = s.split("C.i", [2, 2, None])
+    s.bind(i0, "blockIdx.x")
+    s.reverse_compute_at(s.cache_write("C", scope), i0)
+    assert f"for C_{scope}.ax0 in range((n + 3) // 4 * 2):" in str(s)
+    for value in (1, 5, 8, 33):
+        assert_same_result(f, s, seed=value, symbols={"n": value})
