@@ -358,3 +358,17 @@ def test_reverse_compute_at_bounds_a_tile_of_a_symbolic_split_per_cuda_block(sco
     assert f"for C_{scope}.ax0 in range((n + 3) // 4 * 2):" in str(s)
     for value in (1, 5, 8, 33):
         assert_same_result(f, s, seed=value, symbols={"n": value})
+
+
+@pytest.mark.xfail(strict=True, reason="known: a region index that is // or % of a symbolic-extent walk is not "
+                                       "bounded; the write-back falls back to the whole dimension in every CUDA block")
+def test_reverse_compute_at_bounds_a_fused_symbolic_tile_per_cuda_block() -> None:
+    """fuse(i0, i1) over (m, 3), split in two over blockIdx.x: the write-back's indices are ``f // 3`` and
+    ``f % 3`` of a walk of (3m + 1) // 2 points; the whole-dimension region reads the other block's half from
+    this block's never-written shared memory (NaN for 8 of 15 outputs at m = 5)."""
+    f = sl.workloads.elementwise((sl.var("m"), 3), ("relu",))
+    s = sl.Schedule(f)
+    blocks, _ = s.split(s.fuse("E0.i0", "E0.i1"), [2, None])
+    s.bind(blocks, "blockIdx.x")
+    s.reverse_compute_at(s.cache_write("E0", "shared"), blocks)
+    assert_same_result(f, s, seed=5, symbols={"m": 5})
