@@ -179,3 +179,23 @@ def test_a_check_that_reads_memory_is_not_hoisted_into_the_version_test() -> Non
     got = kernel.run_cpu(a, bm, lengths, bounds_check=True)  # L[3] was read here
     want = sl.run_reference(f, {"A": a, "B": bm, "L": lengths})["C"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("scope", ["local", "shared", "global"])
+def test_a_write_back_skips_the_iterations_an_overshooting_split_masks(scope: str) -> None:
+    """Thread t owns C[2t] and C[2t + 1]; split(i_1, [3, None]) adds an iteration i_1_0 = 2, masked in C, whose
+    box is C[2t + 2], thread t + 1's element.  The write-back reverse_compute_at'ed at the thread loop copied
+    it anyway: from registers, this thread's never-written copy over the other thread's result (0 for 3 of 8
+    outputs on the emulator).  It now carries the guard of the iteration."""
+    A = sl.placeholder((8,), "float32", "A")
+    f = sl.func([A, sl.compute((8,), lambda i: A[i] * 2.0, "C")], "scale")
+    s = sl.Schedule(f)
+    t, i1 = s.split("C.i", [4, None])
+    o, _ = s.split(i1, [3, None])
+    s.reorder(o, t)
+    s.bind(t, "threadIdx.x")
+    s.reverse_compute_at(s.cache_write("C", scope), t)
+    assert f"C.i_1_0 < 2:\n          C[ax0] = C_{scope}[ax0]" in str(s)
+    a = np.random.default_rng(0).random(8, np.float32)
+    np.testing.assert_array_equal(sl.build(s, "h100").run_cpu(a, bounds_check=True), a * 2)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from schedlib.ir.expr import Const, Expr, Var, as_int
+from schedlib.ir.expr import Binary, Const, Expr, Var, as_int
 from schedlib.ir.func import Attach, Block, Buffer, Func, Loop
 from schedlib.ir.primitives.common import (
     bound_guard,
@@ -26,6 +26,7 @@ from schedlib.ir.primitives.common import (
 from schedlib.ir.region import access_region, covers_box, repeating_loops, tiles_whole_buffer
 from schedlib.ir.simplify import (
     conjunction,
+    conjuncts,
     free_vars,
     loads,
     rename_buffer,
@@ -273,6 +274,7 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     fixed = _fixed_loops(func, host, idx, buf.scope)
     region = access_region(func, [(host, host.store_indices)], fixed, buf.shape, widen=False)
     moved = _regenerate(func, blk, {a: region[d] for a, d in dims.items()}, Attach(host.name, loop, "after"))
+    moved = replace(moved, predicate=conjunction([*conjuncts(moved.predicate), *_iteration_guards(func, host, fixed)]))
     out = func.with_block(moved)
     others = [c.name for c in func.consumers(buf.name) if c.name != block]
     # Compact only when one iteration writes the whole box: the consumer reads all of it, and a compacted
@@ -306,6 +308,32 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     out = normalize(out)
     check_dependencies(out, prim, "block", block)
     return out, None
+
+
+def _iteration_guards(func: Func, host: Block, fixed: set[str]) -> list[Expr]:
+    """The conjuncts of ``host``'s predicate over the ``fixed`` loops (and symbols) alone: where one fails, the
+    iteration writes nothing, and a consumer placed in it must copy nothing either.  An overshooting split
+    (``split(i_1, [3, None])`` of 2 points: ``i_1_0 < 2``) masks whole iterations whose box is an element another
+    iteration writes: copied anyway, a buffer in registers stored this thread's never-written copy over another
+    thread's result (the emulator gave 0 for 3 of 8 outputs), and a shared or global one a stale value."""
+    binding = {a.name: b for a, b in zip(host.axes, host.bindings)}
+    allowed = fixed | set(func.symbols)
+    extents = {lp.name: as_int(lp.extent) for lp in func.all_loops(host)}
+    out = []
+    for g in (simplify(substitute(g, binding)) for g in conjuncts(host.predicate)):
+        if free_vars(g) <= allowed:
+            out.append(g)
+        elif isinstance(g, Binary) and g.op in ("<", "<="):
+            # a bound on inner loops too (i_1_0 + i_1_1 < 2): the iteration writes something only if it holds
+            # where the inner loops make the left side least, each at 0 or its last value by its sign
+            terms, _ = to_affine(simplify(g.a - g.b))
+            inner = {atom.name: k for atom, k in terms.items() if isinstance(atom, Var) and atom.name not in allowed}
+            rest = [atom for atom in terms if not (isinstance(atom, Var) and atom.name in inner)]
+            if any(free_vars(atom) - allowed for atom in rest) or any(extents.get(v) is None for v in inner):
+                continue
+            corner = {v: Const(0 if k > 0 else extents[v] - 1) for v, k in inner.items()}  # type: ignore[operator]
+            out.append(simplify(substitute(g, corner)))
+    return out
 
 
 def _refuse_grid_loops_below(prim: str, host: Block, idx: int, block: str, buffer: str) -> None:
