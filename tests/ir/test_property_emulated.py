@@ -24,7 +24,7 @@ from schedlib.runtime.emulator import find_gxx
 from .helpers import outputs_match, random_inputs
 from .test_property import MAX_STEPS, MAX_VOLUME, RECIPE, apply_step, draw_step, draw_workload, loop_volume
 
-EXAMPLES = 150
+EXAMPLES = 80
 OTHER_SIZES = (1, 5)  # every symbol set to each of these in turn, for a second and third run of one kernel
 
 

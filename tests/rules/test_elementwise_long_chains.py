@@ -14,10 +14,10 @@ from schedlib.ir.simplify import tree_count
 from .helpers import check_schedule
 
 
-@pytest.mark.parametrize("gelus", [4, 16, 40])
+@pytest.mark.parametrize("gelus", [4, 20])
 def test_a_chain_of_gelus_is_fused_as_far_as_the_limit_allows(gelus: int) -> None:
     f = wl.elementwise((24, 40), ("add", *("gelu",) * gelus))
-    s = sl.rules.apply_default(f, "h100")  # before: 16 gelus did not finish, 40 ran out of memory
+    s = sl.rules.apply_default(f, "h100")  # before: 16 gelus did not finish in 20 s, 256 took 6.7 GB
     assert s.rule == "elementwise"
     kernels = s.func.root_blocks()
     assert all(tree_count(b.value) <= INLINE_NODE_LIMIT for b in kernels)
