@@ -137,6 +137,14 @@ def _check_counts(**counts: Any) -> None:
             raise ValueError(f"tune: seed={value!r}; expected an int with 0 <= seed < 2**32")
 
 
+
+def _positive_real(value: Any, message: str) -> float:
+    """``value`` as a float when it is a finite number > 0 (a numpy float or integer read from a record or a
+    DataFrame included; a bool, numpy's too, is no number here), else ValueError(message)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise ValueError(message)
+    return float(value)
+
 def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tpe", storage: Any = None,
          backend: str | Backend = "estimate", *, seed: int = 0, quiet: bool = False, warm_start: bool = True,
          timeout_per_trial: float | None = None, rule: Rule | str | None = None, screen: int | None = None,
@@ -169,16 +177,15 @@ def tune(func: Func, target: Any = "h100", trials: int = 64, strategy: str = "tp
         for v in (trials, topk, screen, seed, rebenchmark_top))
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"tune: trials={trials!r}; expected an int >= 1")
-    if timeout_per_trial is not None and (isinstance(timeout_per_trial, bool)
-                                          or not isinstance(timeout_per_trial, (int, float))
-                                          or not 0 < timeout_per_trial < math.inf):
-        raise ValueError(f"tune: timeout_per_trial={timeout_per_trial!r}; expected a finite number of seconds > 0")
+    if timeout_per_trial is not None:
+        timeout_per_trial = _positive_real(timeout_per_trial, f"tune: timeout_per_trial={timeout_per_trial!r}; "
+                                                              "expected a finite number of seconds > 0")
     if strategy not in STRATEGIES:
         raise ValueError(f"tune: unknown strategy {strategy!r}; expected one of {list(STRATEGIES)}")
     _check_counts(topk=topk, screen=screen, seed=seed, rebenchmark_top=rebenchmark_top)
-    if stop_below_us is not None and (isinstance(stop_below_us, bool) or not isinstance(stop_below_us, (int, float))
-                                      or not 0 < stop_below_us < math.inf):
-        raise ValueError(f"tune: stop_below_us={stop_below_us!r}; expected a finite time in microseconds > 0")
+    if stop_below_us is not None:
+        stop_below_us = _positive_real(stop_below_us, f"tune: stop_below_us={stop_below_us!r}; expected a finite "
+                                                      "time in microseconds > 0")
     if model_objective not in ("rank", "regression"):
         raise ValueError(f"tune: model_objective={model_objective!r}; expected 'rank' or 'regression'")
     if features not in ("auto", "knobs"):

@@ -78,3 +78,20 @@ def test_numpy_integer_counts_are_the_ints_they_hold() -> None:
     df = sl.report.compare("matmul:M=64,N=64,K=64", "h100", methods=("carver",), topk=np.int64(2),
                            backend="estimate")
     assert df["method"].tolist() == ["carver", "carver_best_of_k"]
+
+
+def test_numpy_times_are_the_floats_they_hold() -> None:
+    """A time taken from a record or a DataFrame is a numpy float (or integer): tune takes it as a time limit
+    or a target, and a numpy NaN is still refused."""
+    import numpy as np
+
+    func = sl.workloads.matmul(64, 64, 64)
+    res = S.tune(func, "h100", trials=3, storage="memory", quiet=True, timeout_per_trial=np.float32(30.0),
+                 stop_below_us=np.float64(1e-3))
+    assert res.measured_now == 3
+    again = S.tune(func, "h100", trials=2, storage="memory", quiet=True, timeout_per_trial=np.int64(30))
+    assert again.measured_now == 2
+    with pytest.raises(ValueError, match=r"timeout_per_trial=(np\.float32\()?nan"):
+        S.tune(func, "h100", trials=1, storage="memory", quiet=True, timeout_per_trial=np.float32("nan"))
+    with pytest.raises(ValueError, match=r"timeout_per_trial=(np\.)?True"):
+        S.tune(func, "h100", trials=1, storage="memory", quiet=True, timeout_per_trial=np.bool_(True))
