@@ -69,6 +69,8 @@ def _exprs(block: Block) -> list[Expr]:
 
 
 def _reads(block: Block) -> set[str]:
+    """Every buffer ``block`` loads, in its guard and indices too (``Block.read_buffers`` covers its value only,
+    and a buffer read only by a guard still ties the iterations together)."""
     return {ld.buffer for e in _exprs(block) for ld in loads(e)}
 
 

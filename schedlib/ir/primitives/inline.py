@@ -23,12 +23,12 @@ def inlined_size(consumer: Expr, buffer: Buffer, producer: Block) -> int:
     value = rounded(buffer.dtype, producer.value)
     uses = {a.name: tree_count(value, lambda n, name=a.name: isinstance(n, Var) and n.name == name)
             for a in producer.axes}
-    size = tree_count(consumer)
+    size, value_size = tree_count(consumer), tree_count(value)
     for ld in loads(consumer):
         if ld.buffer == buffer.name:
             # each use of an axis in the value becomes that axis's index expression
             grown = sum(uses[name] * (tree_count(ix) - 1) for name, ix in zip(uses, ld.indices))
-            size += tree_count(value) + grown - tree_count(ld)
+            size += value_size + grown - tree_count(ld)
     return size
 
 
