@@ -59,6 +59,7 @@ from schedlib.report.writers import flat_configs
 from schedlib.rules.matmul import TEMPLATE_VALUES
 from schedlib.suites import WorkloadSpec
 
+MEMORY_BOUND = ("gemv", "rmsnorm", "softmax", "reduce")  # judged against a copy of the same bytes too
 SELFCHECK = "selfcheck"  # the child label of the tensor-core self-check, one child per template
 TEMPLATES = TEMPLATE_VALUES  # name: the matmul rule's tensor_core value; self-checked in this order
 METHOD_ORDER = ("rule", "carver", "carver_best_of_k", "search")  # then the rule[...] rows, the vendor last
@@ -111,12 +112,35 @@ def ceilings() -> dict[str, float]:
     return out
 
 
-def variants(spec: WorkloadSpec) -> list[dict[str, object]]:
-    """The rule default with one knob changed, measured beside it: the SIMT matmul single-buffered, the row
-    kernels with their rows staged in shared memory."""
-    if spec.kind == "matmul" and spec.params.get("dtype", "float32") == "float32":
-        return [{"stages": 1}]
-    return [{"stage_row": True}] if spec.kind in ("softmax", "rmsnorm") else []
+def variants(spec: WorkloadSpec, target: sl.hw.HardwareProfile) -> list[dict[str, object]]:
+    """The rule default with one knob flipped, measured beside it: the SIMT matmul's buffering (``stages`` 1
+    or 2), the row kernels' rows staged in shared memory or not."""
+    knob = ("stages" if spec.kind == "matmul" and spec.params.get("dtype", "float32") == "float32" else
+            "stage_row" if spec.kind in ("softmax", "rmsnorm") else None)
+    if knob is None:
+        return []
+    func = spec.build()
+    current = sl.rules.find_rule(func, target).default_config(func, target)[knob]
+    return [{knob: (3 - current) if knob == "stages" else not current}]
+
+
+def same_bytes_copy_us(rows: pd.DataFrame, flush_bytes: int) -> float:
+    """Device time of a copy moving as many bytes as the rule default did (half read, half written), with the
+    L2 flushed before each run: the ceiling a memory-bound kernel of this size can reach.  The suite's copy
+    ceiling moves 2 GiB, where a ~35 us kernel also pays its launch and the ramp at its start and end."""
+    import cupy as cp
+
+    from schedlib.runtime.timing import benchmark, l2_flush_buffer
+
+    rule = rows[rows["method"] == "rule"]
+    if not len(rule) or not (float(rule["gbs"].iloc[0]) > 0):
+        return float("nan")
+    moved = float(rule["gbs"].iloc[0]) * 1e9 * float(rule["time_us"].iloc[0]) * 1e-6
+    n = max(1, int(moved / 2 / 4))  # float32 elements each way
+    src = cp.ones(n, dtype=cp.float32)
+    dst = cp.empty_like(src)
+    flush = l2_flush_buffer(flush_bytes)
+    return float(benchmark(lambda: dst.__setitem__(Ellipsis, src), repeat=20, flush=flush)["median_us"])
 
 
 def run_one(spec: WorkloadSpec, args: argparse.Namespace, ceil: dict[str, float] | None) -> None:
@@ -129,13 +153,20 @@ def run_one(spec: WorkloadSpec, args: argparse.Namespace, ceil: dict[str, float]
     fp16 = spec.params.get("dtype") in ("float16", "bfloat16")
     # a template turned off is out of the target's space: compare adds no row for it
     templates = [TEMPLATES[n] for n in ("wgmma", "wgmma_ws", "mma_sync")] if fp16 else []
-    steps = [{"methods": ("rule", "vendor"), "templates": templates, "variants": variants(spec)},
+    steps = [{"methods": ("rule", "vendor"), "templates": templates, "variants": variants(spec, target)},
              {"methods": ("carver",)}, {"methods": ("search",)}]
     frames = []
+    copy_us = float("nan")
     for step in steps:
         frames.append(compare([spec], target, topk=args.topk, trials=args.trials, backend=backend, ceilings=ceil,
                               **step))
-        write_rows(pd.concat(frames, ignore_index=True), Path(args.out) / "parts" / f"{spec.label}.csv")
+        if len(frames) == 1 and spec.kind in MEMORY_BOUND and not args.dry_run:
+            try:  # a side figure: its failure must not cost the workload's rows
+                copy_us = same_bytes_copy_us(frames[0], target.l2_bytes)
+            except Exception as exc:  # any cupy or driver error
+                print(f"{spec.label}: the same-bytes copy failed ({type(exc).__name__}: {exc})", flush=True)
+        write_rows(pd.concat(frames, ignore_index=True).assign(copy_us=copy_us),
+                   Path(args.out) / "parts" / f"{spec.label}.csv")
 
 
 def write_rows(df: pd.DataFrame, path: Path) -> None:
@@ -252,17 +283,20 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         vendor_us = float(vendor.iloc[0]) if len(vendor) else float("nan")
         if len(ours):
             best = ours.loc[ours["time_us"].idxmin()]
+            copy_us = float(best["copy_us"]) if "copy_us" in best else float("nan")
             rows.append({"workload": workload, "best": best["method"], "best_us": float(best["time_us"]),
                          "vendor_us": vendor_us, "vs_vendor": vendor_us / float(best["time_us"]),
-                         "pct_roofline": float(best["pct_roofline"]), "source": best.get("source", "")})
+                         "pct_roofline": float(best["pct_roofline"]),
+                         "pct_same_bytes_copy": 100.0 * copy_us / float(best["time_us"]),
+                         "source": best.get("source", "")})
         else:
             rows.append({"workload": workload, "best": "(none ran)", "best_us": float("nan"),
                          "vendor_us": vendor_us, "vs_vendor": float("nan"), "pct_roofline": float("nan"),
-                         "source": ""})
+                         "pct_same_bytes_copy": float("nan"), "source": ""})
     return pd.DataFrame(rows, columns=SUMMARY)
 
 
-SUMMARY = ["workload", "best", "best_us", "vendor_us", "vs_vendor", "pct_roofline", "source"]
+SUMMARY = ["workload", "best", "best_us", "vendor_us", "vs_vendor", "pct_roofline", "pct_same_bytes_copy", "source"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

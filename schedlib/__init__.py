@@ -50,7 +50,7 @@ from schedlib.ir import (
 from schedlib.ir.func import make_func as _make_func
 from schedlib.runtime import Kernel, build
 
-__version__ = "0.13.0"
+__version__ = "0.14.0"
 
 
 _LAZY = ("carver", "search", "report", "codegen", "runtime", "suites")

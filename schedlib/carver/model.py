@@ -64,6 +64,10 @@ from schedlib.rules.base import Tiling
 # about 450-600 ns, L2 hits about 150-250 ns.
 DRAM_LATENCY_S = 500e-9
 L2_LATENCY_S = 200e-9
+# An SM takes its blocks one after another: each costs about this long to start and retire.  Fitted to one
+# measurement (H200, 2026-11-28): a 4096 x 4096 row sum in 65,536 blocks of 64 threads ran 48.8 us against
+# 24.3 us in 4,096 blocks of 256, where the model without it put both at the same DRAM time.
+BLOCK_LAUNCH_S = 60e-9
 # Cycles before a dependent FP32 FMA can issue (Volta and later).
 FMA_LATENCY_CYCLES = 4
 # A cross-thread reduction: one shuffle-and-combine level (log2 of the threads combining) and, when it
@@ -267,7 +271,8 @@ def evaluate(problem: Problem, tiling: Tiling, profile: HardwareProfile, *, expl
         time = 0.0
         for count, k, blocks in rounds:
             terms = {"compute": k * per_block["compute"], "dram": blocks * per_block["dram"],
-                     "l2": blocks * per_block["l2"], "shared": k * per_block["shared"], "latency": floor}
+                     "l2": blocks * per_block["l2"], "shared": k * per_block["shared"],
+                     "latency": floor + k * BLOCK_LAUNCH_S}
             time += count * max(terms.values())
             for name, v in terms.items():
                 totals[name] += count * v

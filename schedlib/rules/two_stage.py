@@ -95,7 +95,8 @@ def schedule_two_stage(func: Func, facts: ReductionFacts, config: Config) -> Sch
 def two_stage_tiling(func: Func, facts: ReductionFacts, config: Config) -> Tiling:
     """The carver's view of the first stage, which moves the bytes: a block reduces ``1 / P`` of its row, but
     at least one whole step (blocks past the row's steps have nothing to read, so they are not counted),
-    charged to the outermost reduce axis (the second stage's few partials are left out)."""
+    charged to the outermost reduce axis.  ``split_k`` is ``P`` so that the model charges the partials' round
+    trip and the second kernel's launch, as it does for a split-K matmul."""
     blk = func.block(facts.main)
     tile: dict[str, int] = {a.name: (1 if a.kind == "S" else const_or(a.extent, 4096)) for a in blk.axes}
     threads, vector = config["threads_k"], config["vector"]
@@ -106,5 +107,5 @@ def two_stage_tiling(func: Func, facts: ReductionFacts, config: Config) -> Tilin
     tile[outermost] = max(1, min(tile[outermost], -(-chunk // inner)))
     thread_tile = {facts.rows[-1]: 1} if facts.rows else {}
     return Tiling(facts.main, tile, thread_tile, {facts.reduce[-1]: threads * vector}, threads, 4 * threads,
-                  32 + 2 * vector, vector)
+                  32 + 2 * vector, vector, split_k=config["blocks_per_row"])
 

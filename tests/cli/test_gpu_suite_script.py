@@ -63,7 +63,8 @@ def test_dry_run_writes_the_tables_with_the_template_row(tmp_path: Path) -> None
     assert "| True | nn_f16 | True |" in page
     # the short table comes last on stdout, and first in the page: one row per workload
     tail = proc.stdout.rstrip().splitlines()[-3:]
-    assert re.match(r"\s*workload\s+best\s+best_us\s+vendor_us\s+vs_vendor\s+pct_roofline\s+source", tail[0]), tail
+    header = r"\s*workload\s+best\s+best_us\s+vendor_us\s+vs_vendor\s+pct_roofline\s+pct_same_bytes_copy\s+source"
+    assert re.match(header, tail[0]), tail
     assert [line.split()[0] for line in tail[1:]] == ["row_sum_4096", "matmul_fp16_4096"]  # the suite's order
     assert [line.split()[-1] for line in tail[1:]] == ["estimated", "estimated"]
     best = df[df["method"] != "vendor"].groupby("workload")["time_us"].min()
@@ -257,3 +258,61 @@ def test_a_misspelt_workload_runs_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stdout == ""  # no self-check ran (it prints its table)
     assert proc.stderr.startswith("gpu_suite.py: error: --only: unknown workload(s) row_sum;")
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "parts").exists()
+
+
+def test_each_variant_flips_the_knob_of_the_rule_default() -> None:
+    """The variant row measures the other setting than the default's, whichever that is on the profile."""
+    gs = _script()
+    import schedlib as sl
+
+    h200 = sl.hw.load("h200")
+    by_label = {spec.label: spec for spec in gs.SUITE}
+    assert gs.variants(by_label["matmul_fp32_4096"], h200) == [{"stages": 2}]  # default single-buffered
+    assert gs.variants(by_label["matmul_fp32_long_k"], h200) == [{"stages": 1}]  # 256 blocks: double-buffered
+    assert gs.variants(by_label["rmsnorm_32000"], h200) == [{"stage_row": False}]  # 128 KB rows staged
+    assert gs.variants(by_label["softmax_4096"], h200) == [{"stage_row": True}]
+    assert gs.variants(by_label["gemv_fp16_inner"], h200) == []
+
+
+def test_the_same_bytes_copy_moves_what_the_rule_default_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in for cupy: the copy gets half the rule row's bytes each way and an L2 flush per run."""
+    import numpy as np
+
+    import schedlib.runtime.timing as timing
+
+    gs = _script()
+    seen: dict[str, Any] = {}
+    fake_cupy = ModuleType("cupy")
+    fake_cupy.float32 = np.float32  # type: ignore[attr-defined]
+    fake_cupy.ones = lambda n, dtype: seen.setdefault("elements", n) and np.ones(n, dtype)  # type: ignore[attr-defined]
+    fake_cupy.empty_like = np.empty_like  # type: ignore[attr-defined]
+
+    def fake_benchmark(fn: Any, *, repeat: int, flush: Any) -> dict[str, float]:
+        fn()
+        seen.update(repeat=repeat, flush=flush)
+        return {"median_us": 12.5}
+
+    def fake_flush(nbytes: int) -> str:
+        seen["flush_bytes"] = nbytes
+        return "flush buffer"
+
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setattr(timing, "benchmark", fake_benchmark)
+    monkeypatch.setattr(timing, "l2_flush_buffer", fake_flush)
+    rows = pd.DataFrame({"method": ["vendor", "rule"], "time_us": [50.0, 40.0], "gbs": [0.0, 3000.0]})
+    assert gs.same_bytes_copy_us(rows, 50 << 20) == 12.5
+    # 3000 GB/s for 40 us is 120 MB: 60 MB read and 60 MB written, 15 M float32 each way
+    assert seen == {"elements": 15_000_000, "repeat": 20, "flush": "flush buffer", "flush_bytes": 50 << 20}
+    assert np.isnan(gs.same_bytes_copy_us(rows.assign(gbs=float("nan")), 1))  # no rule figure: no copy
+
+
+def test_the_summary_sets_the_best_row_against_the_same_bytes_copy() -> None:
+    gs = _script()
+    table = pd.DataFrame({"workload": ["w"] * 3, "method": ["rule", "search", "vendor"],
+                          "time_us": [40.0, 32.0, 36.0], "pct_roofline": [70.0, 87.5, 77.8],
+                          "copy_us": [28.8] * 3, "source": ["measured"] * 3})
+    short = gs.summary(table)
+    assert list(short.columns) == gs.SUMMARY
+    row = short.iloc[0]
+    assert row["best"] == "search" and row["pct_same_bytes_copy"] == pytest.approx(90.0)
+    assert row["vs_vendor"] == pytest.approx(36.0 / 32.0)

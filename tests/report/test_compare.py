@@ -87,14 +87,14 @@ def test_workloads_of_another_type_are_refused() -> None:
 
 def test_variants_add_one_knob_ablations_of_the_rule_default() -> None:
     df = compare([sl.workloads.matmul(512, 512, 512), sl.workloads.softmax(64, 32000)], "h100", methods=("rule",),
-                 backend="estimate", variants=[{"stages": 1}, {"stage_row": True}, {"stages": 3}])
+                 backend="estimate", variants=[{"stages": 1}, {"stage_row": False}, {"stages": 3}])
     rows = {(r.workload, r.method): r for r in df.itertuples()}
     assert set(rows) == {("matmul", "rule"), ("matmul", "rule[stages=1]"), ("matmul", "rule[stages=3]"),
-                         ("softmax", "rule"), ("softmax", "rule[stage_row=True]")}
+                         ("softmax", "rule"), ("softmax", "rule[stage_row=False]")}  # 128 KB rows: staged
     single = rows[("matmul", "rule[stages=1]")]
     assert single.config == {**rows[("matmul", "rule")].config, "stages": 1} and single.time_us > 0
     assert rows[("matmul", "rule[stages=3]")].source == "not in the space: knob stages=3 is not one of [1, 2]"
-    assert rows[("softmax", "rule[stage_row=True]")].config["stage_row"] is True
+    assert rows[("softmax", "rule[stage_row=False]")].config["stage_row"] is False
     with pytest.raises(ValueError, match="variants must be a list of non-empty"):
         compare([sl.workloads.matmul(64, 64, 64)], "h100", methods=("rule",), backend="estimate",
                 variants={"stages": 1})

@@ -103,3 +103,17 @@ def test_carver_charges_later_passes_where_the_rows_live() -> None:
     # short rows stay in L1: the later passes cost no L2 traffic either way
     short = _figures(wl.softmax(4096, 1024), {"threads": 256, "unroll": 4, "stage_row": False})
     assert short["l2_bytes"] == pytest.approx(2 * 4096 * 1024 * 4)
+
+
+@pytest.mark.parametrize(("func", "staged"), [
+    (wl.rmsnorm(4096, 32000), True),  # two 128 KB rows per SM outgrow L1 (H200: 332 -> 276 us staged)
+    (wl.softmax(4096, 32000), True),
+    (wl.softmax(4096, 4096), False),  # four 16 KB rows fit (staging cost 2-7% on the H200)
+    (wl.rmsnorm(64, 4096, "float16"), False),
+    (wl.softmax(8, 80000), False),  # 320 KB: no block may hold it in shared memory
+])
+def test_the_default_stages_rows_that_outgrow_l1(func: sl.Func, staged: bool) -> None:
+    for target in ("h100", "h200", "a100"):
+        config = RULE.default_config(func, sl.hw.load(target))
+        assert config["stage_row"] is staged, (target, config)
+        assert RULE.space(func, target).is_legal(config)

@@ -111,8 +111,8 @@ def test_points_across_the_space_match(rng: np.random.Generator, toolchain: None
     space = rule.space(func, "h100")
     for config in ({"rows_per_block": 4, "threads_k": 32, "vector": 4, "blocks_per_row": 1},
                    {"rows_per_block": 2, "threads_k": 64, "vector": 1, "blocks_per_row": 1},
-                   {"rows_per_block": 1, "threads_k": 32, "vector": 2, "blocks_per_row": 8},
-                   {"rows_per_block": 1, "threads_k": 128, "vector": 4, "blocks_per_row": 2}):
+                   {"rows_per_block": 1, "threads_k": 32, "vector": 2, "blocks_per_row": 2},
+                   {"rows_per_block": 1, "threads_k": 32, "vector": 1, "blocks_per_row": 2}):
         assert space.is_legal(config), space.reason(config)
         check_schedule(func, rule.apply(func, "h100", config), rng, archs=("sm_90",))
 
