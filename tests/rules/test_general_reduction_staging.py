@@ -117,3 +117,15 @@ def test_the_default_stages_rows_that_outgrow_l1(func: sl.Func, staged: bool) ->
         config = RULE.default_config(func, sl.hw.load(target))
         assert config["stage_row"] is staged, (target, config)
         assert RULE.space(func, target).is_legal(config)
+
+
+def test_staged_rows_read_back_in_one_access_per_thread_step() -> None:
+    """fp32 at unroll 8 would read a thread's 32 bytes as scalars 8 words apart across the warp (8-way bank
+    conflicts; 4.2x slower on an H200); fp16 at unroll 8 is one 16-byte access."""
+    fp32 = RULE.space(wl.rmsnorm(4096, 32000), "h100")
+    reason = fp32.reason({"threads": 1024, "unroll": 8, "stage_row": True})
+    assert reason is not None and "bank conflicts" in reason and "32-byte" in reason
+    assert fp32.reason({"threads": 1024, "unroll": 8, "stage_row": False}) is None
+    assert fp32.reason({"threads": 1024, "unroll": 4, "stage_row": True}) is None
+    fp16 = RULE.space(wl.rmsnorm(4096, 32000, "float16"), "h100")
+    assert fp16.reason({"threads": 1024, "unroll": 8, "stage_row": True}) is None
