@@ -11,7 +11,8 @@ of co-resident blocks at a time:
         n * DRAM bytes per block / DRAM bw,            # DRAM serves every block of the round
         n * L2 bytes per block / L2 bw,                # ... and so does L2
         k * shared+L1 bytes per block / SM port bw,    # the SM's own load/store port
-        one block's dependent latency chain)           # memory round trips + dependent FMAs
+        one block's dependent latency chain            # memory round trips + dependent FMAs
+          + k * block start)                           # the SM starts its blocks one after another
 
     time = full_waves * round(blocks_per_sm x SMs, blocks_per_sm) + round(tail blocks, ceil(tail / SMs))
 
