@@ -13,8 +13,9 @@ from schedlib.rules import get_rule
 
 MATMUL = get_rule("matmul")
 H100 = sl.hw.load("h100")
-# 128 x 128 x 8, 8 x 8 per thread, float4 copies; double-buffered (the default's choice for short grids only)
-BIG = {**MATMUL.default_config(wl.matmul(4096, 4096, 4096), H100), "stages": 2}
+# 128 x 128 x 8, 8 x 8 per thread, float4 copies, double-buffered (the default takes 16-deep single-buffered
+# steps at this size; it double-buffers short grids only)
+BIG = {**MATMUL.default_config(wl.matmul(4096, 4096, 4096), H100), "block_k": 8, "stages": 2}
 
 
 def test_the_fp32_default_double_buffers_short_grids_when_k_has_several_steps() -> None:

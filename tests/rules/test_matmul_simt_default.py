@@ -21,7 +21,7 @@ A100 = sl.hw.load("a100")
     ((512, 512, 2047), (32, 32, 32, 4, 4)),  # (K = 8192 would split K instead: test_matmul_split_k)
     ((77, 333, 129), (16, 16, 32, 2, 2)),
     ((1024, 1024, 1024), (64, 64, 8, 8, 8)),  # a 64x64 tile keeps its 8-deep step (no estimated gain)
-    ((4096, 4096, 4096), (128, 128, 8, 8, 8)),  # more than a wave: unchanged
+    ((4096, 4096, 4096), (128, 128, 16, 8, 8)),  # more than a wave: 16-deep single-buffered steps
 ])
 def test_small_fp32_grids_get_small_tiles_and_deep_k_steps(shape: tuple[int, int, int],
                                                            tile: tuple[int, ...]) -> None:

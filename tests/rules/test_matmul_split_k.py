@@ -125,7 +125,8 @@ def test_partials_past_32_bit_offsets_are_illegal() -> None:
     assert MATMUL.space(f, H100).is_legal({**big, "split_k": 8})  # 8 x 144M partials fit
 
 
-@pytest.mark.parametrize(("target", "template"), [("h100", "wgmma_tma"), ("a100", True)])
+# Hopper's split default is the producer-warp kernel (13% faster than wgmma_tma split 16 on an H200)
+@pytest.mark.parametrize(("target", "template"), [("h100", "wgmma_ws"), ("a100", True)])
 def test_fp16_with_few_output_tiles_splits_on_tensor_cores_and_the_carver_finds_it(target: str,
                                                                                    template: Any) -> None:
     f = wl.matmul(128, 96, 8192, "float16")

@@ -79,9 +79,9 @@ def test_a_missing_tool_is_named_with_how_to_install_it(tmp_path: Path, monkeypa
                     reason="needs nvcc and nvdisasm (pip install nvidia-cuda-nvdisasm, part of the test extras)")
 def test_loop_mix_of_a_simt_matmul_is_mostly_ffma(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SCHEDLIB_NVDISASM", raising=False)
-    # the 4096^3 default: 128 x 128 tiles, 8 x 8 results per thread, 8-deep k steps (512 FFMA per step)
+    # the 4096^3 default: 128 x 128 tiles, 8 x 8 results per thread, 16-deep k steps (1024 FFMA per step)
     kernel = sl.build(sl.rules.apply_default(sl.workloads.matmul(4096, 4096, 4096), "h100"), "h100")
     df = kernel.loop_mix()
     hot = df.loc[df["instructions"].idxmax()]
-    assert hot["kernel"] == "matmul_C" and hot["top"].startswith("FFMA 512")
+    assert hot["kernel"] == "matmul_C" and hot["top"].startswith("FFMA 1024")
     assert hot["math_share"] > 0.85 and hot["local"] == 0
