@@ -90,6 +90,18 @@ def _columns_strided_across_threads() -> sl.Schedule:
     return schedule(sl.workloads.matmul(4, 16, 4), tile)
 
 
+def _holed_tile_per_block() -> sl.Schedule:
+    """``split(i, [2, 2, 3])`` with blockIdx.x on the middle loop: block b writes C[6 i_0 + 3 b + (0..2)], a box
+    of 9 with a hole of 3 that the other block fills."""
+    A = sl.placeholder((12,), "float32", "A")
+    s = sl.Schedule(sl.func([A, sl.compute((12,), lambda i: A[i] * 2.0, "C")], "scale"))
+    _, i1, _ = s.split("C.i", [2, 2, 3])
+    s.reorder(i1, "C.i_0")
+    s.bind(i1, "blockIdx.x")
+    s.cache_write("C", "shared")
+    return s
+
+
 def _ew_split_vectorized() -> sl.Schedule:
     return schedule(sl.workloads.elementwise((4, 8), ("scale",)), lambda s: s.cache_read("E0", "X", "local"),
                     lambda s: s.split("E0.i1", [2, 4]), lambda s: s.vectorize("E0.i1_1"))
@@ -178,6 +190,11 @@ NEGATIVE = [
     Reject("reverse-compute-at-tile-strided-across-threads", _columns_strided_across_threads,
            lambda s: s.reverse_compute_at("C_local", "C.j_1"), "reverse_compute_at", "loop", "C.j_1",
            "spans the tiles of other threads"),
+    # Regression: accepted; every CUDA block then copied its whole box, holes included, over the other block's
+    # results (NaN for 3 of 12 outputs on the emulator, a race between blocks on a GPU).
+    Reject("reverse-compute-at-holed-box-across-blocks", _holed_tile_per_block,
+           lambda s: s.reverse_compute_at("C_shared", "C.i_1"), "reverse_compute_at", "loop", "C.i_1",
+           "also spans what other iterations of C.i_1 write side by side"),
     Reject("compute-at-own-loop", _mm_relu_staged, lambda s: s.compute_at("A_shared", "A_shared.ax0"),
            "compute_at", "loop", "A_shared.ax0", "is a loop of block A_shared itself"),
     Reject("compute-at-has-attached", _mm_relu_staged, lambda s: s.compute_at("C", "D.i0"), "compute_at", "block",

@@ -86,11 +86,13 @@ def _per_block(lp: Loop) -> bool:
     return lp.thread is not None and lp.thread.startswith("blockIdx")
 
 
-def _threads_inside_the_box(host: Block, chain: list[Loop], fixed: set[str],
-                            region: list[tuple[Expr, Expr]]) -> list[str]:
-    """Fixed ``threadIdx`` loops whose step in a stored index is smaller than the region's extent there: the
-    box of one thread then reaches into the tiles of the threads next to it."""
-    threads = {lp.name for lp in chain if lp.name in fixed and _per_thread(lp)}
+def _threads_inside_the_box(host: Block, chain: list[Loop], fixed: set[str], region: list[tuple[Expr, Expr]],
+                            scope: str) -> list[str]:
+    """Fixed loops each thread (registers) or each CUDA block (shared or global memory: a block's threads
+    share it, or every block's do) runs its own iteration of, whose step in a stored index is smaller than the
+    region's extent there: the box of one iteration then reaches into the tiles its neighbours write."""
+    own = _per_thread if scope == "local" else (lambda lp: lp.thread is not None)
+    threads = {lp.name for lp in chain if lp.name in fixed and own(lp)}
     binding = {a.name: b for a, b in zip(host.axes, host.bindings)}
     out: list[str] = []
     for index, (_, extent) in zip(host.store_indices, region):
@@ -218,9 +220,11 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
 
     A shared/local buffer read by nothing else is compacted to that region when one iteration writes all
     of it; a strided or masked write pattern (an inner split that overshoots, a loop order that interleaves
-    the region with others) keeps the buffer whole, which stays correct.  Except in registers: a local
-    buffer under a ``threadIdx`` loop is private to each thread, so a region one thread writes only part of
-    holds other threads' results it never sees, and that is refused.
+    the region with others) keeps the buffer whole, which stays correct where the loops run one after
+    another (a later iteration rewrites what an earlier one copied too early).  Not where they run side by
+    side: a region with holes that other threads or CUDA blocks fill (a local buffer under a ``threadIdx``
+    loop; a shared or global one under any ``threadIdx`` or ``blockIdx`` loop) is refused, since the copy
+    would store values this iteration never wrote over theirs.
 
     Before ``reverse_compute_at(f, "C_local", "C.i_0")``::
 
@@ -285,8 +289,8 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     chain = func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]
     interleaved = any(lp.name in fixed and any(o.name not in fixed for o in chain[:k]) for k, lp in enumerate(chain))
     covered = covers_box(func, host, host.store_indices, fixed, buf.shape, region)
-    overlapped = _threads_inside_the_box(host, chain, fixed, region) if buf.scope == "local" else []
-    if overlapped and not covered:
+    overlapped = [] if covered else _threads_inside_the_box(host, chain, fixed, region, buf.scope)
+    if overlapped and buf.scope == "local":
         # Registers are private: box elements of the next threads' tiles are results this thread's copy of
         # the buffer never holds.  Reading the box back would store garbage over them.
         box = ", ".join(f"[{lo}, {simplify(lo + ext)})" for lo, ext in region)
@@ -294,6 +298,15 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
              f"spans the tiles of other threads ({', '.join(overlapped)}): {buf.name} is local to each thread, "
              f"so {block} would store values this thread never computed; give each thread a dense tile (its "
              "own loops innermost, without thread loops between them)")
+    if overlapped:
+        # Shared memory is each CUDA block's own and global memory everyone's: the box's holes are elements
+        # another block (or thread) writes at the same time, or never writes in this block's copy.  A sequential
+        # loop would be right (a later iteration rewrites them); blocks and threads run side by side.
+        box = ", ".join(f"[{lo}, {simplify(lo + ext)})" for lo, ext in region)
+        fail(prim, "loop", loop, f"one iteration writes only part of the box {box} of {buf.name} ({buf.scope}), "
+             f"which also spans what other iterations of {', '.join(overlapped)} write side by side: {block} "
+             f"would copy elements this iteration never wrote over their results; make the loops below "
+             f"{loop} write a dense tile (no loop of another iteration's tiles between them)")
     exact = covered and not interleaved
     # Other writers (a decomposed init) keep the buffer's full indexing, so it stays whole with them.
     sole_writer = [p.name for p in func.producers(buf.name)] == [host.name]
