@@ -3,6 +3,8 @@ rejections are in ``test_primitives_placement_errors.py``)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import schedlib as sl
@@ -360,15 +362,25 @@ def test_reverse_compute_at_bounds_a_tile_of_a_symbolic_split_per_cuda_block(sco
         assert_same_result(f, s, seed=value, symbols={"n": value})
 
 
-@pytest.mark.xfail(strict=True, reason="known: a region index that is // or % of a symbolic-extent walk is not "
-                                       "bounded; the write-back falls back to the whole dimension in every CUDA block")
-def test_reverse_compute_at_bounds_a_fused_symbolic_tile_per_cuda_block() -> None:
+@pytest.mark.parametrize("scope", ["shared", "global"])
+def test_reverse_compute_at_refuses_a_fused_symbolic_tile_it_cannot_bound_per_cuda_block(scope: str) -> None:
     """fuse(i0, i1) over (m, 3), split in two over blockIdx.x: the write-back's indices are ``f // 3`` and
-    ``f % 3`` of a walk of (3m + 1) // 2 points; the whole-dimension region reads the other block's half from
-    this block's never-written shared memory (NaN for 8 of 15 outputs at m = 5)."""
+    ``f % 3`` of a walk of (3m + 1) // 2 points, which region inference does not bound, so the region is the
+    whole buffer.  Accepted, every CUDA block copied the other block's half from its own never-written shared
+    memory (NaN for 8 of 15 outputs at m = 5); now refused, and the schedule is left as it was."""
     f = sl.workloads.elementwise((sl.var("m"), 3), ("relu",))
     s = sl.Schedule(f)
     blocks, _ = s.split(s.fuse("E0.i0", "E0.i1"), [2, None])
     s.bind(blocks, "blockIdx.x")
-    s.reverse_compute_at(s.cache_write("E0", "shared"), blocks)
+    cache = s.cache_write("E0", scope)
+    before = str(s)
+    with pytest.raises(sl.ScheduleError, match=re.escape(f"also spans what other iterations of {blocks} write")):
+        s.reverse_compute_at(cache, blocks)
+    assert str(s) == before
+    # attached at the innermost loop instead (a thread's), each iteration's one point is its own: accepted, right
+    s = sl.Schedule(f)
+    blocks, _, threads = s.split(s.fuse("E0.i0", "E0.i1"), [2, None, 32])
+    s.bind(blocks, "blockIdx.x")
+    s.bind(threads, "threadIdx.x")
+    s.reverse_compute_at(s.cache_write("E0", "local"), threads)
     assert_same_result(f, s, seed=5, symbols={"m": 5})

@@ -98,9 +98,24 @@ def _threads_inside_the_box(host: Block, chain: list[Loop], fixed: set[str], reg
     for index, (_, extent) in zip(host.store_indices, region):
         terms, _ = to_affine(simplify(substitute(index, binding)))
         width = as_int(extent)
-        out += [atom.name for atom, step in terms.items()
-                if isinstance(atom, Var) and atom.name in threads and width is not None and width > abs(step)]
-    return out
+        for atom, step in terms.items():
+            if isinstance(atom, Var):
+                if atom.name in threads and width is not None and width > abs(step):
+                    out.append(atom.name)
+            elif scope != "local" and width != 1:
+                # ``f // 3`` or ``f % 3`` of such a loop, not bounded to one element: region inference gave up
+                # and took the whole dimension (registers meet the build's write-race check instead)
+                out += sorted(_divided_loops(atom) & threads)
+    return list(dict.fromkeys(out))
+
+
+def _divided_loops(e: Expr) -> set[str]:
+    """The variables ``e`` takes a ``//`` or ``%`` of."""
+    if not isinstance(e, Binary):
+        return set()
+    if e.op in ("//", "%"):
+        return free_vars(e.a)
+    return _divided_loops(e.a) | _divided_loops(e.b)
 
 
 def _regenerate(func: Func, blk: Block, region: dict[str, tuple[Expr, Expr]], attach: Attach) -> Block:
