@@ -78,7 +78,7 @@ def later_passes(problem: Problem, tiling: Tiling, geo: Geometry, loads: list, s
     if block_bytes == 0:
         return 0.0, 0.0, port, instr
     resident = max(1, bps)
-    l1_free = profile.shared_memory_per_sm - resident * profile.shared_allocation(int(tiling.shared_bytes))
+    l1_free = profile.l1_left(resident, int(tiling.shared_bytes))
     footprint = sum(t.block_bytes for t in loads if t.access.buffer in tiling.rereads)
     if resident * footprint <= l1_free:
         return 0.0, 0.0, port, instr

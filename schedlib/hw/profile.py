@@ -197,6 +197,11 @@ class HardwareProfile:
         unit = self.shared_memory_alloc_unit
         return -(-(bytes_per_block + self.shared_memory_reserved_per_block) // unit) * unit
 
+    def l1_left(self, blocks: int, shared_bytes_per_block: int) -> int:
+        """Bytes of the unified L1/shared array that ``blocks`` resident blocks' shared memory leaves to the L1
+        cache (the array taken as ``shared_memory_per_sm``, a little under its real size)."""
+        return self.shared_memory_per_sm - blocks * self.shared_allocation(shared_bytes_per_block)
+
     def registers_per_warp(self, registers_per_thread: int) -> int:
         """Registers one warp occupies: registers are allocated per warp in ``register_alloc_unit`` steps."""
         unit = self.register_alloc_unit

@@ -164,8 +164,7 @@ def _rows_outgrow_l1(facts: GeneralReductionFacts, target: Any, config: Config) 
     if facts.row_bytes is None or _check(facts, target, config | {"stage_row": True}) is not None:
         return False
     resident = max(1, target.max_threads_per_sm // config["threads"])
-    l1_free = target.shared_memory_per_sm - resident * target.shared_allocation(4 * config["threads"])
-    return resident * facts.row_bytes > l1_free
+    return resident * facts.row_bytes > target.l1_left(resident, 4 * config["threads"])
 
 
 def _check(facts: GeneralReductionFacts, target: Any, config: Config) -> str | None:

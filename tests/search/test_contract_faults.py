@@ -233,21 +233,22 @@ def test_a_seed_beyond_32_bits_is_refused_by_name(strategy: str) -> None:
                backend=S.ReplayBackend(toy_table()), rule=ToyRule(), quiet=True, seed=2**32)
 
 
-class OddStatus(CountingReplay):
-    """Returns a Measurement whose status is no record: a bookkeeping one, an unknown one, a list."""
+class Scripted(CountingReplay):
+    """Counts its measurements and returns ``make(config)`` for each: what a backend of odd habits hands back."""
 
-    def __init__(self, status: Any) -> None:
+    def __init__(self, make: Any) -> None:
         super().__init__(toy_table())
-        self.status = status
+        self.make = make
 
     def measure(self, config: Config, schedule: Schedule | None) -> S.Measurement:
         self.measured.append(dict(config))
-        return S.Measurement(self.status)
+        return self.make(config)
 
 
 @pytest.mark.parametrize("status", ["interrupted", "cached", "weird", ["ok"]])
 def test_a_measurement_with_a_status_that_is_no_record_becomes_an_error_record(status: Any) -> None:
-    backend = OddStatus(status)
+    """A status that is no record: a bookkeeping one, an unknown one, a list."""
+    backend = Scripted(lambda c: S.Measurement(status))
     res = _tune_bounded(trials=5, strategy="random", storage="memory", backend=backend, features="knobs")
     assert len(backend.measured) == 5, "a status that is no record left the config measurable: it looped"
     rec = res.records
@@ -293,22 +294,12 @@ NUMPY_FIELDS = {  # what a backend built on numpy/cupy hands back, and what a hu
 }
 
 
-class NumpyFields(CountingReplay):
-    def __init__(self, make: Any) -> None:
-        super().__init__(toy_table())
-        self.make = make
-
-    def measure(self, config: Config, schedule: Schedule | None) -> S.Measurement:
-        self.measured.append(dict(config))
-        return self.make(config)
-
-
 @pytest.mark.parametrize("storage", ["memory", "db.journal"])
 @pytest.mark.parametrize("case", list(NUMPY_FIELDS))
 def test_a_measurement_of_numpy_scalars_or_objects_is_recorded_as_plain_json(tmp_path: Any, case: str,
                                                                             storage: str) -> None:
     where = storage if storage == "memory" else tmp_path / storage
-    backend = NumpyFields(NUMPY_FIELDS[case])
+    backend = Scripted(NUMPY_FIELDS[case])
     res = _tune_bounded(trials=4, strategy="grid", storage=where, backend=backend, features="knobs")
     rec = res.records
     assert len(rec) == 4 and len(backend.measured) == 4
@@ -320,7 +311,7 @@ def test_a_measurement_of_numpy_scalars_or_objects_is_recorded_as_plain_json(tmp
         assert [type(t) for t in rec["time_us"]] == [float] * 4
         assert res.best_time_us == min(toy_time(c) for c in rec["config"])
     if storage != "memory":  # recorded, not interrupted: a rerun measures nothing again
-        again = NumpyFields(NUMPY_FIELDS[case])
+        again = Scripted(NUMPY_FIELDS[case])
         _tune_bounded(trials=4, strategy="grid", storage=where, backend=again, features="knobs")
         assert again.measured == []
 

@@ -86,13 +86,13 @@ def _per_block(lp: Loop) -> bool:
     return lp.thread is not None and lp.thread.startswith("blockIdx")
 
 
-def _threads_inside_the_box(host: Block, chain: list[Loop], fixed: set[str], region: list[tuple[Expr, Expr]],
-                            scope: str) -> list[str]:
+def _neighbours_inside_the_box(host: Block, chain: list[Loop], fixed: set[str], region: list[tuple[Expr, Expr]],
+                               scope: str) -> list[str]:
     """Fixed loops each thread (registers) or each CUDA block (shared or global memory: a block's threads
     share it, or every block's do) runs its own iteration of, whose step in a stored index is smaller than the
     region's extent there: the box of one iteration then reaches into the tiles its neighbours write."""
     own = _per_thread if scope == "local" else (lambda lp: lp.thread is not None)
-    threads = {lp.name for lp in chain if lp.name in fixed and own(lp)}
+    bound = {lp.name for lp in chain if lp.name in fixed and own(lp)}
     binding = {a.name: b for a, b in zip(host.axes, host.bindings)}
     out: list[str] = []
     for index, (_, extent) in zip(host.store_indices, region):
@@ -100,12 +100,12 @@ def _threads_inside_the_box(host: Block, chain: list[Loop], fixed: set[str], reg
         width = as_int(extent)
         for atom, step in terms.items():
             if isinstance(atom, Var):
-                if atom.name in threads and width is not None and width > abs(step):
+                if atom.name in bound and width is not None and width > abs(step):
                     out.append(atom.name)
             elif scope != "local" and width != 1:
                 # ``f // 3`` or ``f % 3`` of such a loop, not bounded to one element: region inference gave up
                 # and took the whole dimension (registers meet the build's write-race check instead)
-                out += sorted(_divided_loops(atom) & threads)
+                out += sorted(_divided_loops(atom) & bound)
     return list(dict.fromkeys(out))
 
 
@@ -304,7 +304,7 @@ def reverse_compute_at(func: Func, block: str, loop: str) -> tuple[Func, None]:
     chain = func.all_loops(host)[: len(func.enclosing_loops(host)) + idx + 1]
     interleaved = any(lp.name in fixed and any(o.name not in fixed for o in chain[:k]) for k, lp in enumerate(chain))
     covered = covers_box(func, host, host.store_indices, fixed, buf.shape, region)
-    overlapped = [] if covered else _threads_inside_the_box(host, chain, fixed, region, buf.scope)
+    overlapped = [] if covered else _neighbours_inside_the_box(host, chain, fixed, region, buf.scope)
     if overlapped and buf.scope == "local":
         # Registers are private: box elements of the next threads' tiles are results this thread's copy of
         # the buffer never holds.  Reading the box back would store garbage over them.
